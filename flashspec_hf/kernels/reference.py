@@ -1,0 +1,109 @@
+"""Exact PyTorch reference of the verification step: the CPU path and the kernel's test oracle.
+
+Vocabulary (one speculative step of one row, γ = ``num_assistant_tokens``):
+
+- *draft tokens* ``x_1..x_γ``: proposed by the assistant, sampled from its processed distribution ``q_i``.
+- *accepted tokens*: the longest prefix of the draft tokens that passes verification.
+- *recovered token*: drawn from the residual distribution ``norm(max(0, p_k - q_k))`` at the first rejected
+  position ``k`` (sampling), or the target's argmax there (greedy).
+- *bonus token*: drawn from the target's ``p_{γ+1}`` when all γ draft tokens are accepted.
+- *output tokens*: accepted tokens followed by exactly one recovered or bonus token; the rest of the
+  ``[γ + 1]`` row is :data:`PLACEHOLDER_TOKEN_ID`.
+
+Algorithm: speculative sampling, Leviathan et al. 2023 ("Fast Inference from Transformers via Speculative
+Decoding", Algorithm 1) and Chen et al. 2023; acceptance ``u <= p(x) / q(x)`` tested in log space. Sampling uses
+the Gumbel-max trick (``argmax(log r + g)``, ``g ~ Gumbel(0, 1)``), which samples from ``r`` without normalising.
+
+Randomness is drawn outside (:func:`draw_noise`) so that the reference and the Triton kernel are deterministic
+functions of their inputs and can be compared exactly.
+"""
+
+from __future__ import annotations
+
+import torch
+
+PLACEHOLDER_TOKEN_ID = -1
+
+
+def draw_noise(batch_size: int, gamma: int, vocab_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random numbers for one sampling verification step, drawn in float64 so they are never degenerate.
+
+    Args:
+        batch_size, gamma, vocab_size: ``B``, ``γ`` and ``V``.
+        device: where the verification runs.
+
+    Returns:
+        uniforms: float32 ``[B, γ]`` in ``(0, 1]`` (never 0: float32 ``torch.rand`` can return exactly 0,
+            pytorch issue #16706), one acceptance test per draft token.
+        gumbels: float32 ``[B, V]``, standard Gumbel noise ``-log(-log U)`` with ``U`` in ``[0, 1)``; ``U = 0``
+            gives ``-inf`` (that entry never wins). One row suffices: each row samples exactly one token
+            (recovered or bonus) per step.
+    """
+    uniforms = (1.0 - torch.rand(batch_size, gamma, dtype=torch.float64, device=device)).float()  # [B, γ]
+    u = torch.rand(batch_size, vocab_size, dtype=torch.float64, device=device)  # [B, V]
+    gumbels = (-torch.log(-torch.log(u))).float()  # [B, V]
+    return uniforms, gumbels
+
+
+def verify_greedy_reference(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy verification: accept while the draft token equals the target's argmax, then emit the argmax.
+
+    Args:
+        target_logits: ``[B, γ + 1, V]`` float32/bf16/fp16, processed target logits at the pending token and at
+            each draft token.
+        draft_tokens: int64 ``[B, γ]``.
+
+    Returns:
+        output_tokens: int64 ``[B, γ + 1]``, accepted tokens then one recovered/bonus token, then -1.
+        num_accepted: int64 ``[B]`` in ``[0, γ]``.
+    """
+    argmax = target_logits.argmax(dim=-1)  # [B, γ+1]
+    return _assemble(draft_tokens, draft_tokens == argmax[:, :-1], argmax)
+
+
+def verify_sampling_reference(
+    target_logits: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    draft_logits: torch.Tensor,
+    uniforms: torch.Tensor,
+    gumbels: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Speculative sampling: output tokens distributed exactly as sampling from the target alone.
+
+    Args:
+        target_logits: ``[B, γ + 1, V]`` processed target logits (``p = softmax``; temperature, top-k, top-p
+            already applied by the logits processors).
+        draft_tokens: int64 ``[B, γ]``, sampled from ``softmax(draft_logits)``.
+        draft_logits: ``[B, γ, V]`` processed draft logits (``q``), same vocabulary as the target.
+        uniforms: float32 ``[B, γ]`` in ``(0, 1]``; token ``i`` is accepted iff ``u_i <= p_i(x_i) / q_i(x_i)``.
+        gumbels: float32 ``[B, V]`` Gumbel noise for the one recovered or bonus token of each row.
+
+    Returns:
+        output_tokens: int64 ``[B, γ + 1]``; num_accepted: int64 ``[B]`` (see module docstring).
+    """
+    log_p = torch.log_softmax(target_logits.float(), dim=-1)  # [B, γ+1, V]
+    log_q = torch.log_softmax(draft_logits.float(), dim=-1)  # [B, γ, V]
+    idx = draft_tokens.unsqueeze(-1)  # [B, γ, 1]
+    log_ratio = log_p[:, :-1].gather(-1, idx).squeeze(-1) - log_q.gather(-1, idx).squeeze(-1)  # [B, γ]
+    accepted = torch.log(uniforms) <= log_ratio  # [B, γ]
+    # Sampling distribution at every position: the residual max(0, p - q) for i < γ, p itself for the bonus.
+    residual = (log_p[:, :-1].exp() - log_q.exp()).clamp_min(0.0)  # [B, γ, V]
+    log_r = torch.cat([residual.log(), log_p[:, -1:]], dim=1)  # [B, γ+1, V]
+    samples = (log_r + gumbels.unsqueeze(1)).argmax(dim=-1)  # [B, γ+1]
+    return _assemble(draft_tokens, accepted, samples)
+
+
+def _assemble(draft_tokens: torch.Tensor, accepted: torch.Tensor, extra: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Output row = draft tokens before the first rejection, ``extra[k]`` at it, placeholders after.
+
+    Shapes: draft_tokens, accepted ``[B, γ]``; extra ``[B, γ + 1]`` (candidate recovered/bonus token per position).
+    """
+    batch_size, gamma = draft_tokens.shape
+    # number of leading accepted tokens: cumprod stays 1 until the first rejection
+    num_accepted = accepted.long().cumprod(dim=1).sum(dim=1)  # [B]
+    pos = torch.arange(gamma + 1, device=draft_tokens.device).expand(batch_size, -1)  # [B, γ+1]
+    k = num_accepted.unsqueeze(1)  # [B, 1]
+    padded_drafts = torch.nn.functional.pad(draft_tokens, (0, 1), value=PLACEHOLDER_TOKEN_ID)  # [B, γ+1]
+    out = torch.where(pos < k, padded_drafts, torch.full_like(padded_drafts, PLACEHOLDER_TOKEN_ID))
+    out = torch.where(pos == k, extra.gather(1, k), out)  # [B, γ+1]
+    return out, num_accepted

@@ -1,0 +1,281 @@
+"""Triton verification kernel: greedy and speculative-sampling acceptance without a device-to-host sync.
+
+Same inputs, outputs and vocabulary as :mod:`flashspec_hf.kernels.reference` (the oracle it is tested against
+bit for bit on accepted counts and tokens). Three launches, none of which reads anything back to the host:
+
+1. :func:`_vocab_stats_kernel`, grid ``(rows, NSPLIT)``: each program streams one vocabulary chunk of one logits
+   row in ``BLOCK``-wide tiles and writes a partial ``(max, sum exp)`` (sampling) or ``(max, argmax)`` (greedy).
+   Memory per program is ``O(BLOCK)``, independent of ``V``; splitting the vocabulary keeps the GPU busy at
+   batch 1, where there are only ``γ + 1`` rows.
+2. :func:`_sample_kernel` (sampling only), grid ``(B, NSPLIT)``: combines the partial log-sum-exps, tests
+   ``log u_i <= log p_i(x_i) - log q_i(x_i)`` for every draft token, finds the first rejection ``k`` and streams
+   its chunk of position ``k`` for the Gumbel-max race over ``log max(0, p_k - q_k)`` (or ``log p_{γ+1}``).
+3. :func:`_finalize_kernel`, grid ``(B,)``: reduces the per-chunk winners and writes the output row.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from .reference import PLACEHOLDER_TOKEN_ID
+
+_BIG_INDEX = 2**31 - 1
+
+
+def verify_triton(
+    target_logits: torch.Tensor,
+    draft_tokens: torch.Tensor,
+    draft_logits: torch.Tensor | None = None,
+    uniforms: torch.Tensor | None = None,
+    gumbels: torch.Tensor | None = None,
+    *,
+    block_size: int = 1024,
+    num_splits: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Verify one speculative step for a batch; greedy when ``draft_logits`` is None, else speculative sampling.
+
+    Args:
+        target_logits: ``[B, γ + 1, V]`` fp32/bf16/fp16 processed target logits; the vocabulary axis contiguous.
+        draft_tokens: int64 ``[B, γ]``.
+        draft_logits: ``[B, γ, V]`` processed draft logits (sampling) or None (greedy).
+        uniforms: float32 ``[B, γ]`` in ``(0, 1]`` (sampling).
+        gumbels: float32 ``[B, V]`` Gumbel noise (sampling).
+        block_size: vocabulary tile per loop iteration (a power of two).
+        num_splits: vocabulary chunks per row; default fills the device (about two programs per SM).
+
+    Returns:
+        output_tokens: int64 ``[B, γ + 1]`` (accepted, then recovered/bonus, then -1); num_accepted: int64 ``[B]``.
+
+    Raises:
+        ValueError: on shape or vocabulary mismatches between the arguments.
+    """
+    batch_size, positions, vocab_size = target_logits.shape
+    gamma = positions - 1
+    greedy = draft_logits is None
+    if draft_tokens.shape != (batch_size, gamma):
+        raise ValueError(f"draft_tokens must be [B, γ] = {[batch_size, gamma]}, got {list(draft_tokens.shape)}")
+    if not greedy and (draft_logits.shape != (batch_size, gamma, vocab_size) or uniforms is None or gumbels is None):
+        raise ValueError("sampling needs draft_logits [B, γ, V], uniforms [B, γ] and gumbels [B, V]")
+    target_logits = _vocab_contiguous(target_logits)
+    device = target_logits.device
+    rows = batch_size * positions
+    num_splits = num_splits or _default_splits(rows, vocab_size, block_size, device)
+    chunk = triton.cdiv(triton.cdiv(vocab_size, num_splits), block_size) * block_size
+    num_splits = triton.cdiv(vocab_size, chunk)  # every chunk holds at least one valid column
+    meta = dict(NSPLIT=num_splits, BLOCK=block_size)
+    draft_tokens = draft_tokens.contiguous()
+    out = torch.empty(batch_size, positions, dtype=torch.int64, device=device)  # [B, γ+1]
+    num_accepted = torch.empty(batch_size, dtype=torch.int64, device=device)  # [B]
+    t_max = torch.empty(rows, num_splits, dtype=torch.float32, device=device)  # [B*(γ+1), NSPLIT]
+    t_aux = torch.empty(rows, num_splits, dtype=torch.float32 if not greedy else torch.int32, device=device)
+    _vocab_stats_kernel[(rows, num_splits)](
+        target_logits, t_max, t_aux, positions, vocab_size, *target_logits.stride()[:2], chunk, GREEDY=greedy, **meta
+    )
+    gamma_block = triton.next_power_of_2(positions)
+    split_block = triton.next_power_of_2(num_splits)
+    if greedy:
+        win_val, win_idx = t_max, t_aux  # unused by the greedy finalize
+    else:
+        draft_logits = _vocab_contiguous(draft_logits)
+        d_max = torch.empty(batch_size * gamma, num_splits, dtype=torch.float32, device=device)  # [B*γ, NSPLIT]
+        d_sum = torch.empty_like(d_max)
+        _vocab_stats_kernel[(batch_size * gamma, num_splits)](
+            draft_logits, d_max, d_sum, gamma, vocab_size, *draft_logits.stride()[:2], chunk, GREEDY=False, **meta
+        )
+        win_val = torch.empty(batch_size, num_splits, dtype=torch.float32, device=device)  # [B, NSPLIT]
+        win_idx = torch.empty(batch_size, num_splits, dtype=torch.int32, device=device)  # [B, NSPLIT]
+        _sample_kernel[(batch_size, num_splits)](
+            target_logits, draft_logits, draft_tokens, uniforms.contiguous(), gumbels.contiguous(),
+            t_max, t_aux, d_max, d_sum, win_val, win_idx, num_accepted,
+            gamma, vocab_size, *target_logits.stride()[:2], *draft_logits.stride()[:2], chunk,
+            GAMMA_BLOCK=gamma_block, SPLIT_BLOCK=split_block, **meta,
+        )
+    _finalize_kernel[(batch_size,)](
+        draft_tokens, t_max, t_aux, win_val, win_idx, out, num_accepted, gamma,
+        NSPLIT=num_splits, GAMMA_BLOCK=gamma_block, SPLIT_BLOCK=split_block, GREEDY=greedy,
+        PLACEHOLDER=PLACEHOLDER_TOKEN_ID,
+    )
+    return out, num_accepted
+
+
+def _vocab_contiguous(logits: torch.Tensor) -> torch.Tensor:
+    """The kernels index ``b * stride_b + i * stride_p + v``: the vocabulary axis must have stride 1."""
+    return logits if logits.stride(-1) == 1 else logits.contiguous()
+
+
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+
+
+def _default_splits(rows: int, vocab_size: int, block_size: int, device: torch.device) -> int:
+    """About two programs per SM, never a chunk smaller than one tile."""
+    wanted = triton.cdiv(2 * _sm_count(device), rows)
+    return max(1, min(wanted, triton.cdiv(vocab_size, block_size)))
+
+
+@triton.jit
+def _vocab_stats_kernel(
+    logits_ptr,  # [B, P, V], vocabulary contiguous
+    max_ptr,  # [B*P, NSPLIT] float32
+    aux_ptr,  # [B*P, NSPLIT] float32 sum of exp(x - max) (sampling) | int32 argmax (greedy)
+    P,
+    V,
+    stride_b,
+    stride_p,
+    chunk,
+    NSPLIT: tl.constexpr,
+    BLOCK: tl.constexpr,
+    GREEDY: tl.constexpr,
+):
+    row = tl.program_id(0)
+    split = tl.program_id(1)
+    base = logits_ptr + (row // P).to(tl.int64) * stride_b + (row % P) * stride_p
+    start = split * chunk
+    lanes = tl.arange(0, BLOCK)
+    best = tl.full([BLOCK], float("-inf"), tl.float32)  # per-lane running max
+    aux = tl.zeros([BLOCK], tl.float32)  # per-lane running sum of exp(x - best)
+    best_idx = start + lanes  # per-lane running argmax
+    for off in range(start, start + chunk, BLOCK):
+        cols = off + lanes
+        x = tl.load(base + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+        if GREEDY:
+            better = x > best  # strict: the earliest column wins ties, as torch.argmax
+            best_idx = tl.where(better, cols, best_idx)
+            best = tl.where(better, x, best)
+        else:
+            new_best = tl.maximum(best, x)
+            finite = new_best > float("-inf")
+            aux = aux * tl.where(finite, tl.exp(best - new_best), 0.0) + tl.where(finite, tl.exp(x - new_best), 0.0)
+            best = new_best
+    m = tl.max(best, axis=0)
+    tl.store(max_ptr + row * NSPLIT + split, m)
+    if GREEDY:
+        tl.store(aux_ptr + row * NSPLIT + split, tl.min(tl.where(best == m, best_idx, 2147483647), axis=0))
+    else:
+        scale = tl.where(best > float("-inf"), tl.exp(best - m), 0.0)
+        tl.store(aux_ptr + row * NSPLIT + split, tl.sum(aux * scale, axis=0))
+
+
+@triton.jit
+def _combine_lse(max_ptr, sum_ptr, rows, row_mask, splits, NSPLIT: tl.constexpr):
+    """log-sum-exp per row from the partials of its chunks: rows ``[G]``, splits ``[S]`` -> ``[G]``."""
+    mask = row_mask[:, None] & (splits[None, :] < NSPLIT)
+    offs = rows[:, None] * NSPLIT + splits[None, :]
+    pm = tl.load(max_ptr + offs, mask=mask, other=float("-inf"))  # [G, S]
+    ps = tl.load(sum_ptr + offs, mask=mask, other=0.0)  # [G, S]
+    m = tl.max(pm, axis=1)  # [G]
+    m_safe = tl.where(m > float("-inf"), m, 0.0)
+    s = tl.sum(tl.where(pm > float("-inf"), ps * tl.exp(pm - m_safe[:, None]), 0.0), axis=1)
+    return m_safe + tl.log(s)
+
+
+@triton.jit
+def _sample_kernel(
+    target_ptr,  # [B, γ+1, V]
+    draft_ptr,  # [B, γ, V]
+    draft_tokens_ptr,  # [B, γ] int64
+    uniforms_ptr,  # [B, γ] float32 in (0, 1]
+    gumbels_ptr,  # [B, V] float32
+    t_max_ptr,  # [B*(γ+1), NSPLIT]
+    t_sum_ptr,  # [B*(γ+1), NSPLIT]
+    d_max_ptr,  # [B*γ, NSPLIT]
+    d_sum_ptr,  # [B*γ, NSPLIT]
+    win_val_ptr,  # [B, NSPLIT] float32 best race value per chunk
+    win_idx_ptr,  # [B, NSPLIT] int32 its column
+    num_accepted_ptr,  # [B] int64
+    gamma,
+    V,
+    t_stride_b,
+    t_stride_p,
+    d_stride_b,
+    d_stride_p,
+    chunk,
+    NSPLIT: tl.constexpr,
+    BLOCK: tl.constexpr,
+    GAMMA_BLOCK: tl.constexpr,
+    SPLIT_BLOCK: tl.constexpr,
+):
+    b = tl.program_id(0)
+    split = tl.program_id(1)
+    g = tl.arange(0, GAMMA_BLOCK)  # position
+    s = tl.arange(0, SPLIT_BLOCK)
+    is_draft = g < gamma
+    t_lse = _combine_lse(t_max_ptr, t_sum_ptr, b * (gamma + 1) + g, g <= gamma, s, NSPLIT)  # [G]
+    d_lse = _combine_lse(d_max_ptr, d_sum_ptr, b * gamma + g, is_draft, s, NSPLIT)  # [G]
+    x = tl.load(draft_tokens_ptr + b * gamma + g, mask=is_draft, other=0)  # [G]
+    t_base = target_ptr + b.to(tl.int64) * t_stride_b
+    d_base = draft_ptr + b.to(tl.int64) * d_stride_b
+    log_p = tl.load(t_base + g * t_stride_p + x, mask=is_draft, other=0.0).to(tl.float32) - t_lse
+    log_q = tl.load(d_base + g * d_stride_p + x, mask=is_draft, other=0.0).to(tl.float32) - d_lse
+    log_u = tl.log(tl.load(uniforms_ptr + b * gamma + g, mask=is_draft, other=1.0))
+    rejected = is_draft & (log_u > log_p - log_q)
+    k = tl.min(tl.where(rejected, g, gamma), axis=0)  # first rejection, γ if all accepted
+    t_lse_k = tl.sum(tl.where(g == k, t_lse, 0.0), axis=0)
+    d_lse_k = tl.sum(tl.where(g == k, d_lse, 0.0), axis=0)
+    is_bonus = k == gamma
+    draft_vocab = tl.where(is_bonus, 0, V)  # no draft row at the bonus position: q = 0
+    lanes = tl.arange(0, BLOCK)
+    start = split * chunk
+    best = tl.full([BLOCK], float("-inf"), tl.float32)
+    best_idx = start + lanes
+    for off in range(start, start + chunk, BLOCK):
+        cols = off + lanes
+        in_vocab = cols < V
+        lp = tl.load(t_base + k * t_stride_p + cols, mask=in_vocab, other=float("-inf")).to(tl.float32) - t_lse_k
+        lq = tl.load(d_base + k * d_stride_p + cols, mask=cols < draft_vocab, other=float("-inf"))
+        residual = tl.exp(lp) - tl.exp(lq.to(tl.float32) - d_lse_k)
+        log_r = tl.where(is_bonus, lp, tl.where(residual > 0.0, tl.log(residual), float("-inf")))
+        race = log_r + tl.load(gumbels_ptr + b.to(tl.int64) * V + cols, mask=in_vocab, other=float("-inf"))
+        better = race > best
+        best_idx = tl.where(better, cols, best_idx)
+        best = tl.where(better, race, best)
+    m = tl.max(best, axis=0)
+    tl.store(win_val_ptr + b * NSPLIT + split, m)
+    tl.store(win_idx_ptr + b * NSPLIT + split, tl.min(tl.where(best == m, best_idx, 2147483647), axis=0))
+    if split == 0:
+        tl.store(num_accepted_ptr + b, k.to(tl.int64))
+
+
+@triton.jit
+def _finalize_kernel(
+    draft_tokens_ptr,  # [B, γ] int64
+    t_max_ptr,  # [B*(γ+1), NSPLIT] float32 (greedy: per-chunk max)
+    t_arg_ptr,  # [B*(γ+1), NSPLIT] int32 (greedy: per-chunk argmax)
+    win_val_ptr,  # [B, NSPLIT] float32 (sampling)
+    win_idx_ptr,  # [B, NSPLIT] int32 (sampling)
+    out_ptr,  # [B, γ+1] int64
+    num_accepted_ptr,  # [B] int64: written (greedy) or read (sampling)
+    gamma,
+    NSPLIT: tl.constexpr,
+    GAMMA_BLOCK: tl.constexpr,
+    SPLIT_BLOCK: tl.constexpr,
+    GREEDY: tl.constexpr,
+    PLACEHOLDER: tl.constexpr,
+):
+    b = tl.program_id(0)
+    g = tl.arange(0, GAMMA_BLOCK)
+    s = tl.arange(0, SPLIT_BLOCK)
+    is_draft = g < gamma
+    x = tl.load(draft_tokens_ptr + b * gamma + g, mask=is_draft, other=PLACEHOLDER)  # [G]
+    if GREEDY:
+        mask = (g[:, None] <= gamma) & (s[None, :] < NSPLIT)
+        offs = (b * (gamma + 1) + g[:, None]) * NSPLIT + s[None, :]
+        pm = tl.load(t_max_ptr + offs, mask=mask, other=float("-inf"))  # [G, S]
+        pi = tl.load(t_arg_ptr + offs, mask=mask, other=2147483647)  # [G, S]
+        m = tl.max(pm, axis=1)
+        argmax = tl.min(tl.where(pm == m[:, None], pi, 2147483647), axis=1).to(tl.int64)  # [G]
+        k = tl.min(tl.where(is_draft & (x != argmax), g, gamma), axis=0)
+        extra = tl.sum(tl.where(g == k, argmax, 0), axis=0)
+        tl.store(num_accepted_ptr + b, k.to(tl.int64))
+    else:
+        pv = tl.load(win_val_ptr + b * NSPLIT + s, mask=s < NSPLIT, other=float("-inf"))
+        pi = tl.load(win_idx_ptr + b * NSPLIT + s, mask=s < NSPLIT, other=2147483647)
+        extra = tl.min(tl.where(pv == tl.max(pv, axis=0), pi, 2147483647), axis=0).to(tl.int64)
+        k = tl.load(num_accepted_ptr + b).to(tl.int32)
+    row = tl.where(g < k, x, tl.where(g == k, extra, PLACEHOLDER))
+    tl.store(out_ptr + b * (gamma + 1) + g, row, mask=g <= gamma)
