@@ -1,0 +1,222 @@
+"""The speculative decoding loop: draft with the selected assistant, verify with the target, emit, repeat.
+
+Each step, for a batch of ``B`` rows with ragged acceptance:
+
+1. the candidate generator picks an arm and drafts ``γ`` tokens ``[B, γ]`` (:mod:`flashspec_hf.candidates`);
+2. the target reads its unseen columns plus the drafts in one forward: logits ``[B, γ + 1, V]``;
+3. generate's processors run per position (:mod:`flashspec_hf.processing`);
+4. verification emits ``accepted + 1`` tokens per row (:mod:`flashspec_hf.verification`);
+5. EOS, ``max_new_tokens`` and stopping criteria cut each row's emitted tokens *inside* the block;
+6. one device-to-host copy of three ``[B]`` vectors (accepted, emitted, finished) drives the host side: cache
+   crops, the selector's reward, statistics and the loop's exit.
+
+Host syncs per step that remain (besides that copy): the attention-mask check inside transformers' mask creation
+and, with sampling, ``torch.multinomial`` on CPU only. The performance issue removes them.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from transformers import GenerationConfig, PreTrainedModel
+from transformers.generation.logits_process import LogitsProcessorList
+from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
+from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+from .candidates import MultiAssistantCandidateGenerator
+from .columns import ColumnCache, Columns
+from .kernels.reference import PLACEHOLDER_TOKEN_ID
+from .processing import LogitsProcessing, Sequences
+from .selection import Selector
+from .stats import FlashSpecStats
+from .verification import verify
+
+
+def speculative_decode(
+    model: PreTrainedModel,
+    input_ids: torch.LongTensor,
+    logits_processor: LogitsProcessorList,
+    stopping_criteria: StoppingCriteriaList,
+    generation_config: GenerationConfig,
+    assistants: list[PreTrainedModel],
+    selector: Selector,
+    num_assistant_tokens: int,
+    attention_mask: torch.Tensor | None = None,
+    streamer=None,
+) -> GenerateDecoderOnlyOutput | torch.LongTensor:
+    """Generate with the target ``model`` and draft ``assistants``; same distribution as ``model`` alone.
+
+    Args:
+        model: the target.
+        input_ids: int64 ``[B, L]`` left-padded prompts (``attention_mask`` ``[B, L]`` marks the padding).
+        logits_processor, stopping_criteria, generation_config: as prepared by ``generate``.
+        assistants: draft models sharing the target's tokenizer.
+        selector: picks the assistant of each step.
+        num_assistant_tokens: ``γ`` >= 1.
+        streamer: a transformers streamer (batch 1), fed each step's emitted tokens.
+
+    Returns:
+        ``[B, L + N]`` sequences, or a ``GenerateDecoderOnlyOutput`` (``sequences``, ``scores``, ``logits``;
+        ``past_key_values`` is None) when ``generation_config.return_dict_in_generate``. Statistics go to
+        ``model.flashspec_stats`` (:class:`~flashspec_hf.stats.FlashSpecStats`).
+    """
+    start = time.perf_counter()
+    batch_size, prompt_length = input_ids.shape
+    gamma = num_assistant_tokens
+    device = input_ids.device
+    eos = generation_config._eos_token_tensor  # [E] or None
+    pad = generation_config._pad_token_tensor
+    pad_token_id = int(pad) if pad is not None else 0
+    max_new_tokens = generation_config.max_length - prompt_length
+    vocab_size = model.config.get_text_config().vocab_size
+
+    columns = Columns.from_prompt(input_ids, attention_mask)
+    sequences = Sequences(input_ids, max_new_tokens, gamma, pad_token_id)
+    processing = LogitsProcessing(logits_processor, batch_size, eos)
+    criteria = StoppingCriteriaList(
+        [c for c in stopping_criteria if not isinstance(c, (EosTokenCriteria, MaxLengthCriteria))]
+    )
+    context = sequences.aligned()  # [B, W]: rows right-aligned, refreshed every step
+
+    def process_draft(logits: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
+        if processing.is_identity:
+            return logits.float()
+        ctx = torch.cat([context, drafts], dim=1) if processing.contextual else context
+        return processing(logits, ctx, drafts[:, :0], sequences.num_new + drafts.shape[1], prompt_length)
+
+    generator = MultiAssistantCandidateGenerator(
+        assistants, columns, selector, gamma, vocab_size, generation_config.do_sample, process_draft
+    )
+    target = ColumnCache(model)
+    stats = FlashSpecStats(arm_names(assistants), gamma)
+    want_scores, want_logits = _recording(generation_config)
+    recorded_scores, recorded_logits, emitted_counts = [], [], []
+    finished = torch.zeros(batch_size, dtype=torch.bool, device=device)  # [B]
+    active = [True] * batch_size
+    steps_left = max_new_tokens > 0
+    while steps_left:
+        length = columns.length
+        candidates, draft_logits = generator.get_candidates(columns.tokens)
+        drafts = candidates[:, length:]  # [B, γ]
+        logits = target.forward(columns, drafts, logits_to_keep=gamma + 1).to(device)  # [B, γ+1, V]
+        if processing.is_identity:
+            scores = logits
+        else:
+            scores = processing(logits, context, drafts, sequences.num_new, prompt_length)  # [B, γ+1, V] fp32
+        output, num_accepted = verify(scores, drafts, draft_logits)  # [B, γ+1], [B]
+        output = output.masked_fill(output == PLACEHOLDER_TOKEN_ID, pad_token_id)
+        num_emitted, finished = _cut_block(
+            output, num_accepted, scores, finished, sequences, context, criteria, eos, max_new_tokens
+        )
+        # the step's only device-to-host copy
+        accepted_h, emitted_h, finished_h = torch.stack([num_accepted, num_emitted, finished.long()]).tolist()
+
+        max_accepted = max(accepted_h)
+        sequences.append(output, num_emitted, emitted_h)
+        _append_columns(columns, output, num_accepted, max_accepted)
+        target.crop(length + max_accepted)
+        generator.crop(length + max_accepted)
+        active_accepted = [n for n, a in zip(accepted_h, active, strict=True) if a]
+        generator.update_candidate_strategy(columns.tokens, None, active_accepted)
+        stats.record(generator.arm, active_accepted)
+        if streamer is not None:
+            streamer.put(output[0, : emitted_h[0]].cpu())
+        if want_scores or want_logits:
+            recorded_scores.append(scores if want_scores else None)
+            recorded_logits.append(logits if want_logits else None)
+            emitted_counts.append(emitted_h)
+        active = [not f for f in finished_h]
+        steps_left = any(active)
+        context = sequences.aligned()
+    if streamer is not None:
+        streamer.end()
+
+    stats.new_tokens = int(sequences.num_new.sum())
+    stats.seconds = time.perf_counter() - start
+    model.flashspec_stats = stats
+    if not generation_config.return_dict_in_generate:
+        return sequences.result()
+    return GenerateDecoderOnlyOutput(
+        sequences=sequences.result(),
+        scores=_per_token(recorded_scores, emitted_counts) if want_scores else None,
+        logits=_per_token(recorded_logits, emitted_counts) if want_logits else None,
+        past_key_values=None,
+    )
+
+
+def _cut_block(
+    output: torch.Tensor,
+    num_accepted: torch.Tensor,
+    scores: torch.Tensor,
+    finished: torch.Tensor,
+    sequences: Sequences,
+    context: torch.Tensor,
+    criteria: StoppingCriteriaList,
+    eos: torch.Tensor | None,
+    max_new_tokens: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens each row keeps of its ``[B, γ + 1]`` output block, and which rows are finished afterwards.
+
+    A row keeps ``accepted + 1`` tokens, cut after the first EOS, at ``max_new_tokens``, and after the first
+    position where a stopping criterion fires (checked position by position, so a stop string completed in the
+    middle of a block ends the row there); finished rows keep none.
+
+    Returns:
+        num_emitted int64 ``[B]``, finished bool ``[B]``.
+    """
+    width = output.shape[1]
+    pos = torch.arange(width, device=output.device)  # [γ+1]
+    num_emitted = torch.minimum(num_accepted + 1, max_new_tokens - sequences.num_new)  # [B]
+    num_emitted = num_emitted.masked_fill(finished, 0)
+    ended = finished.clone()
+    if eos is not None:
+        is_eos = torch.isin(output, eos) & (pos < num_emitted.unsqueeze(1))  # [B, γ+1]
+        first = torch.where(is_eos, pos, width).amin(dim=1)  # [B]
+        ended |= first < width
+        num_emitted = torch.minimum(num_emitted, first + 1)
+    for i in range(width if criteria else 0):
+        hit = criteria(torch.cat([context, output[:, : i + 1]], dim=1), scores[:, i]) & (i < num_emitted)
+        num_emitted = torch.where(hit, i + 1, num_emitted)
+        ended |= hit
+    ended |= sequences.num_new + num_emitted >= max_new_tokens
+    return num_emitted, ended
+
+
+def _append_columns(columns: Columns, output: torch.Tensor, num_accepted: torch.Tensor, max_accepted: int) -> None:
+    """Append ``max_accepted`` draft columns (holes past each row's accepted count) and the new pending token."""
+    pos = torch.arange(max_accepted + 1, device=output.device)  # [m + 1]
+    keep = pos < num_accepted.unsqueeze(1)  # [B, m+1]
+    pending = output.gather(1, num_accepted.unsqueeze(1))  # [B, 1] recovered or bonus token
+    tokens = torch.cat([output[:, :max_accepted], pending], dim=1)  # [B, m+1]
+    valid = keep.clone()
+    valid[:, -1] = True
+    base = columns.positions[:, -1:] + 1  # [B, 1]
+    positions = torch.where(keep, base + pos, base + num_accepted.unsqueeze(1))  # holes: any position, masked
+    columns.append(tokens, valid, positions)
+
+
+def _recording(generation_config: GenerationConfig) -> tuple[bool, bool]:
+    """Whether scores / raw logits are recorded for the returned dict."""
+    as_dict = generation_config.return_dict_in_generate
+    return bool(as_dict and generation_config.output_scores), bool(as_dict and generation_config.output_logits)
+
+
+def _per_token(recorded: list[torch.Tensor], emitted: list[list[int]]) -> tuple[torch.Tensor, ...]:
+    """Per-step ``[B, γ + 1, V]`` tensors -> one ``[B, V]`` per generated token, as stock ``generate`` returns."""
+    stacked = torch.cat(recorded, dim=1)  # [B, steps * (γ+1), V]
+    width = recorded[0].shape[1]
+    index = []  # per row: flat positions of its emitted tokens
+    for row in range(stacked.shape[0]):
+        index.append([s * width + j for s, counts in enumerate(emitted) for j in range(counts[row])])
+    longest = max(len(ix) for ix in index)
+    index = torch.tensor([ix + [ix[-1] if ix else 0] * (longest - len(ix)) for ix in index], device=stacked.device)
+    gathered = stacked.gather(1, index.unsqueeze(-1).expand(-1, -1, stacked.shape[-1]))  # [B, N, V]
+    return tuple(gathered.unbind(dim=1))
+
+
+def arm_names(assistants: list[PreTrainedModel]) -> list[str]:
+    """A distinct short name per assistant: the last part of ``config.name_or_path``, else ``assistant_<i>``."""
+    names = [(getattr(a.config, "name_or_path", "") or "").rstrip("/").split("/")[-1] for a in assistants]
+    names = [n or f"assistant_{i}" for i, n in enumerate(names)]
+    return [n if names.count(n) == 1 else f"{n}#{i}" for i, n in enumerate(names)]

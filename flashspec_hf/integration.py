@@ -1,0 +1,175 @@
+"""Integration with ``generate``: the ``flashspec=True`` flag, argument checks, and the ``custom_generate`` callable.
+
+``import flashspec_hf`` wraps ``GenerationMixin.generate`` once. Without ``flashspec=True`` every call goes to the
+original, untouched. With it, ``generate`` still does all of its own preparation (generation config, special
+tokens, attention mask, logits processors, stopping criteria, length limits) and then calls
+:class:`FlashSpecDecoding` through its official ``custom_generate`` hook. Models that override ``generate``
+themselves (Whisper, Bark, MusicGen) do not see the flag.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from transformers import GenerationConfig, PreTrainedModel
+from transformers.generation.stopping_criteria import StopStringCriteria, StoppingCriteriaList
+from transformers.generation.utils import GenerationMixin
+
+from .decoding import speculative_decode
+from .selection import Selector, make_selector
+
+DEFAULT_NUM_ASSISTANT_TOKENS = 4
+"""γ when neither ``num_assistant_tokens`` nor a ``generation_config`` sets it (transformers' default, 20, is
+tuned for its adaptive schedule, not for a fixed γ)."""
+
+_VOCAB_PADDING_TOLERANCE = 1024  # vocabularies this close are the same tokenizer padded differently
+_UNSUPPORTED_KWARGS = {
+    "past_key_values": "a pre-filled cache",
+    "cache": "a pre-filled cache",
+    "cache_implementation": "a cache implementation other than the default dynamic cache",
+    "output_attentions": "output_attentions",
+    "output_hidden_states": "output_hidden_states",
+}
+
+_original_generate = GenerationMixin.generate
+
+
+class FlashSpecDecoding:
+    """The callable handed to ``generate(custom_generate=...)``: runs :func:`~flashspec_hf.decoding.speculative_decode`.
+
+    Args:
+        assistants: validated draft models.
+        selector: a :class:`~flashspec_hf.selection.Selector` or a name (``"thompson"``, ``"ucb1"``, …).
+        num_assistant_tokens: ``γ``.
+        streamer: the call's streamer (generate's hook drops it, so it travels here).
+    """
+
+    def __init__(self, assistants: list[PreTrainedModel], selector, num_assistant_tokens: int, streamer=None):
+        self.assistants = assistants
+        self.selector = selector
+        self.num_assistant_tokens = num_assistant_tokens
+        self.streamer = streamer
+
+    def __call__(self, model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
+        if generation_config.num_beams > 1:
+            raise ValueError("flashspec does not support beam search: set num_beams=1 (or drop flashspec=True)")
+        if self.streamer is not None and input_ids.shape[0] > 1:
+            raise ValueError("a streamer takes one sequence: stream with batch size 1 (flashspec or not)")
+        if model_kwargs.get("synced_gpus"):
+            raise ValueError("flashspec does not support synced_gpus (DeepSpeed ZeRO-3 / FSDP generation)")
+        return speculative_decode(
+            model,
+            input_ids,
+            logits_processor,
+            stopping_criteria,
+            generation_config,
+            self.assistants,
+            make_selector(self.selector, len(self.assistants)),
+            self.num_assistant_tokens,
+            attention_mask=model_kwargs.get("attention_mask"),
+            streamer=self.streamer,
+        )
+
+
+@functools.wraps(_original_generate)
+def generate(self, *args, flashspec: bool = False, assistant_models=None, selector: str | Selector | None = None, **kwargs):
+    """``GenerationMixin.generate`` plus ``flashspec=True``, ``assistant_models=[...]`` and ``selector=...``.
+
+    Raises:
+        ValueError: ``flashspec=True`` without assistants, an empty list, an assistant with another vocabulary or
+            special tokens, on another device, an encoder-decoder model, beam search, or an unsupported option.
+        TypeError: an assistant that is not a transformers causal LM.
+    """
+    if not flashspec:
+        extra = {k: v for k, v in (("assistant_models", assistant_models), ("selector", selector)) if v is not None}
+        return _original_generate(self, *args, **kwargs, **extra)
+    assistants = _collect_assistants(assistant_models, kwargs.pop("assistant_model", None))
+    _check_request(self, assistants, kwargs)
+    gamma = _num_assistant_tokens(args, kwargs)
+    _move_stop_strings(kwargs)
+    decoding = FlashSpecDecoding(assistants, selector, gamma, kwargs.get("streamer"))
+    return _original_generate(self, *args, custom_generate=decoding, **kwargs)
+
+
+def install() -> None:
+    """Wrap ``GenerationMixin.generate`` (idempotent; done by ``import flashspec_hf``)."""
+    GenerationMixin.generate = generate
+
+
+def _collect_assistants(assistant_models, assistant_model) -> list[PreTrainedModel]:
+    if assistant_models is None and assistant_model is None:
+        raise ValueError("flashspec=True needs draft models: pass assistant_models=[draft_1, ...]")
+    if isinstance(assistant_models, PreTrainedModel):
+        assistant_models = [assistant_models]
+    assistants = list(assistant_models or []) + ([assistant_model] if assistant_model is not None else [])
+    if not assistants:
+        raise ValueError("assistant_models is empty: pass at least one draft model")
+    return assistants
+
+
+def _check_request(target: PreTrainedModel, assistants: list[PreTrainedModel], kwargs: dict) -> None:
+    if target.config.is_encoder_decoder:
+        raise ValueError("flashspec supports decoder-only targets; this model is an encoder-decoder")
+    for key, what in _UNSUPPORTED_KWARGS.items():
+        if kwargs.get(key) not in (None, False):
+            raise ValueError(f"flashspec does not support {what} ({key}=...); drop it or drop flashspec=True")
+    target_vocab = target.config.get_text_config().vocab_size
+    for i, assistant in enumerate(assistants):
+        name = f"assistant_models[{i}]"
+        if not isinstance(assistant, PreTrainedModel) or assistant.get_output_embeddings() is None:
+            raise TypeError(f"{name} must be a transformers causal LM (…ForCausalLM), got {type(assistant).__name__}")
+        if assistant.config.is_encoder_decoder:
+            raise ValueError(f"{name} is an encoder-decoder model; drafts must be decoder-only")
+        if assistant.device != target.device:
+            raise ValueError(
+                f"{name} is on {assistant.device} but the target is on {target.device}: "
+                f"move it with assistant.to({str(target.device)!r})"
+            )
+        draft_vocab = assistant.config.get_text_config().vocab_size
+        if abs(draft_vocab - target_vocab) > _VOCAB_PADDING_TOLERANCE:
+            raise ValueError(
+                f"{name} has a vocabulary of {draft_vocab} tokens, the target {target_vocab}: they do not share a "
+                "tokenizer. flashspec needs drafts with the target's tokenizer (padded vocabularies are fine)"
+            )
+        for token in ("eos_token_id", "bos_token_id", "pad_token_id"):
+            mine, theirs = _special_token(target, token), _special_token(assistant, token)
+            if None not in (mine, theirs) and mine != theirs:
+                raise ValueError(
+                    f"{name} has {token}={theirs} but the target has {mine}: they do not share a tokenizer"
+                )
+
+
+def _special_token(model: PreTrainedModel, name: str):
+    value = getattr(model.generation_config, name, None)
+    if value is None:
+        value = getattr(model.config.get_text_config(), name, None)
+    return value
+
+
+def _num_assistant_tokens(args: tuple, kwargs: dict) -> int:
+    """γ from ``num_assistant_tokens=``, else from a passed ``generation_config`` that changed it, else the default."""
+    gamma = kwargs.get("num_assistant_tokens")
+    config = kwargs.get("generation_config", args[1] if len(args) > 1 else None)
+    if gamma is None and isinstance(config, GenerationConfig):
+        if config.num_assistant_tokens != GenerationConfig().num_assistant_tokens:
+            gamma = config.num_assistant_tokens
+    gamma = DEFAULT_NUM_ASSISTANT_TOKENS if gamma is None else gamma
+    if not isinstance(gamma, int) or gamma < 1:
+        raise ValueError(f"num_assistant_tokens (γ) must be an integer >= 1, got {gamma!r}")
+    return gamma
+
+
+def _move_stop_strings(kwargs: dict) -> None:
+    """``stop_strings`` + ``tokenizer`` -> a ``StopStringCriteria``: generate's callable hook drops the tokenizer."""
+    stop_strings = kwargs.pop("stop_strings", None)
+    tokenizer = kwargs.pop("tokenizer", None)
+    if stop_strings is None:
+        return
+    if tokenizer is None:
+        raise ValueError("stop_strings needs the tokenizer: pass tokenizer=... to generate")
+    criteria = StoppingCriteriaList(kwargs.get("stopping_criteria") or [])
+    criteria.append(StopStringCriteria(tokenizer, stop_strings))
+    kwargs["stopping_criteria"] = criteria
+
+
+__all__ = ["DEFAULT_NUM_ASSISTANT_TOKENS", "FlashSpecDecoding", "generate", "install"]

@@ -1,0 +1,64 @@
+"""Per-call statistics of a flashspec ``generate`` call, reachable as ``model.flashspec_stats``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class FlashSpecStats:
+    """What one ``generate(..., flashspec=True)`` call did.
+
+    Attributes:
+        arm_names: one name per assistant (its ``config.name_or_path`` or ``assistant_<i>``).
+        num_assistant_tokens: ``γ``, draft tokens per step.
+        arms: the arm (assistant index) chosen at each step.
+        accepted: per step, the accepted draft tokens of each row still generating at that step.
+        new_tokens: tokens generated, all rows together.
+        seconds: wall time of the decoding loop (s).
+    """
+
+    arm_names: list[str]
+    num_assistant_tokens: int
+    arms: list[int] = field(default_factory=list)
+    accepted: list[list[int]] = field(default_factory=list)
+    new_tokens: int = 0
+    seconds: float = 0.0
+
+    def record(self, arm: int, accepted: list[int]) -> None:
+        """Add one step: the arm that drafted and each active row's accepted draft tokens."""
+        self.arms.append(arm)
+        self.accepted.append(accepted)
+
+    @property
+    def steps(self) -> int:
+        """Speculative steps (one draft + one target verification each)."""
+        return len(self.arms)
+
+    @property
+    def tau(self) -> float:
+        """τ: mean tokens produced per row per step, accepted + 1 (the recovered or bonus token)."""
+        counts = [n + 1 for step in self.accepted for n in step]
+        return sum(counts) / max(len(counts), 1)
+
+    @property
+    def alpha(self) -> dict[str, float]:
+        """α per arm that drafted: accepted / tested draft tokens, where a step tests its accepted tokens plus the
+        first rejected one (if any); the maximum-likelihood per-token acceptance rate. NaN-free: unused arms
+        are left out."""
+        gamma = self.num_assistant_tokens
+        acc, tested = [0] * len(self.arm_names), [0] * len(self.arm_names)
+        for arm, step in zip(self.arms, self.accepted, strict=True):
+            acc[arm] += sum(step)
+            tested[arm] += sum(step) + sum(n < gamma for n in step)
+        return {name: acc[i] / tested[i] for i, name in enumerate(self.arm_names) if tested[i]}
+
+    @property
+    def arm_share(self) -> dict[str, float]:
+        """Fraction of steps drafted by each arm."""
+        return {name: self.arms.count(i) / max(self.steps, 1) for i, name in enumerate(self.arm_names)}
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Generated tokens per second of decoding (tokens/s), all rows together."""
+        return self.new_tokens / self.seconds if self.seconds else 0.0

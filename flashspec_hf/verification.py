@@ -1,0 +1,53 @@
+"""Verification dispatch: the Triton kernel on CUDA, the exact PyTorch reference elsewhere.
+
+``FLASHSPEC_VERIFIER=triton|torch|auto`` (default ``auto``) overrides the choice; ``triton`` on CPU needs
+``TRITON_INTERPRET=1`` (how CI runs the kernel).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .kernels.reference import draw_noise, verify_greedy_reference, verify_sampling_reference
+
+
+def verify(
+    target_logits: torch.Tensor, draft_tokens: torch.Tensor, draft_logits: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Accept/reject one step of draft tokens for every row, with no device-to-host synchronisation.
+
+    Args:
+        target_logits: ``[B, γ + 1, V]`` processed target logits (any float dtype).
+        draft_tokens: int64 ``[B, γ]``.
+        draft_logits: ``[B, γ, V]`` processed draft logits the drafts were sampled from, or None for greedy.
+
+    Returns:
+        output_tokens: int64 ``[B, γ + 1]``, accepted tokens then one recovered/bonus token then -1.
+        num_accepted: int64 ``[B]``.
+
+    Raises:
+        ValueError: if ``FLASHSPEC_VERIFIER`` names no known verifier.
+    """
+    use_triton = _use_triton(target_logits.device)
+    if draft_logits is None:
+        if use_triton:
+            from .kernels.rejection_sampler import verify_triton
+
+            return verify_triton(target_logits, draft_tokens)
+        return verify_greedy_reference(target_logits, draft_tokens)
+    batch_size, gamma = draft_tokens.shape
+    uniforms, gumbels = draw_noise(batch_size, gamma, target_logits.shape[-1], target_logits.device)
+    if use_triton:
+        from .kernels.rejection_sampler import verify_triton
+
+        return verify_triton(target_logits, draft_tokens, draft_logits, uniforms, gumbels)
+    return verify_sampling_reference(target_logits, draft_tokens, draft_logits, uniforms, gumbels)
+
+
+def _use_triton(device: torch.device) -> bool:
+    choice = os.environ.get("FLASHSPEC_VERIFIER", "auto")
+    if choice not in ("auto", "triton", "torch"):
+        raise ValueError(f"FLASHSPEC_VERIFIER must be 'auto', 'triton' or 'torch', got {choice!r}")
+    return choice == "triton" or (choice == "auto" and device.type == "cuda")
