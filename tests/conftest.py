@@ -1,0 +1,56 @@
+"""Shared fixtures: tiny random-weight Llama models (CPU, fp32) and the Triton interpreter on CPU."""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # the Triton kernel runs on CPU tensors (before triton loads)
+
+import pytest  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+import flashspec_hf  # noqa: E402,F401  (installs the generate flag)
+
+
+def tiny_llama(layers: int = 2, vocab: int = 97, seed: int = 0, peak: float = 1.0, eos: int | None = 2) -> LlamaForCausalLM:
+    """A random Llama; ``peak`` scales the LM head so next-token distributions are far from uniform."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        bos_token_id=1,
+        eos_token_id=eos,
+        pad_token_id=0,
+    )
+    model = LlamaForCausalLM(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(peak)
+    model.generation_config.pad_token_id = 0
+    return model
+
+
+@pytest.fixture(scope="session")
+def target():
+    return tiny_llama(layers=2, seed=0, peak=8.0)
+
+
+@pytest.fixture(scope="session")
+def assistants(target):
+    """Two drafts: one sharing the target's first layer (agrees often), one unrelated with a padded vocabulary."""
+    early_exit = tiny_llama(layers=1, seed=0, peak=8.0)
+    early_exit.load_state_dict(target.state_dict(), strict=False)
+    return [early_exit, tiny_llama(layers=1, vocab=101, seed=5, peak=8.0)]
+
+
+def left_padded(rows: list[list[int]], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``input_ids``, ``attention_mask`` ``[B, max len]`` for token lists, padded on the left."""
+    width = max(map(len, rows))
+    ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    return ids, mask

@@ -1,0 +1,108 @@
+"""Exactness of sampling through generate: chi-square goodness of fit of the joint law of the first three
+generated tokens against the target's exact distribution (enumerated), 10,000 rows in one batched call."""
+
+import itertools
+
+import pytest
+import torch
+from scipy.stats import chisquare
+from transformers.generation.logits_process import (
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+import flashspec_hf.decoding
+from flashspec_hf import RoundRobin
+
+from .conftest import tiny_llama
+
+VOCAB, NEW, SAMPLES, ALPHA = 8, 3, 10_000, 0.01
+PROMPT = [3, 5, 1]
+
+
+@pytest.fixture(scope="module")
+def models():
+    target = tiny_llama(layers=2, vocab=VOCAB, seed=11, peak=6.0, eos=None)
+    drafts = [tiny_llama(layers=1, vocab=VOCAB, seed=s, peak=6.0, eos=None) for s in (12, 13)]
+    return target, drafts
+
+
+def _warpers(temperature, top_k, top_p):
+    procs = [TemperatureLogitsWarper(temperature)]
+    if top_k:
+        procs.append(TopKLogitsWarper(top_k))
+    if top_p < 1.0:
+        procs.append(TopPLogitsWarper(top_p))
+    return LogitsProcessorList(procs)
+
+
+@torch.no_grad()
+def _exact(target, warpers):
+    """P(t1, t2, t3 | prompt) for all V^3 sequences, float64 [V^3], the processors applied as in stock sampling."""
+    probs = torch.ones(1, dtype=torch.float64)
+    for depth in range(NEW):
+        prefixes = torch.tensor(list(itertools.product(range(VOCAB), repeat=depth)), dtype=torch.long)
+        prefixes = prefixes.view(VOCAB**depth, depth)  # [V^depth, depth], lexicographic like the flat index
+        ids = torch.cat([torch.tensor(PROMPT).expand(len(prefixes), -1), prefixes], dim=1)
+        logits = target(ids).logits[:, -1].float()
+        step = warpers(ids, logits).double().softmax(-1)  # [V^depth, V]
+        probs = (probs.unsqueeze(-1) * step).flatten()
+    return probs
+
+
+def _sample_counts(target, drafts, temperature, top_k, top_p, gamma):
+    torch.manual_seed(2024)
+    ids = torch.tensor(PROMPT).expand(SAMPLES, -1)
+    out = target.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        do_sample=True,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        max_new_tokens=NEW,
+        num_assistant_tokens=gamma,
+        assistant_models=drafts,
+        selector=RoundRobin(),
+        flashspec=True,
+    )
+    codes = (out[:, len(PROMPT):] * torch.tensor([VOCAB**2, VOCAB, 1])).sum(-1)
+    return torch.bincount(codes, minlength=VOCAB**NEW)
+
+
+def _p_value(counts, probs):
+    expected = probs * SAMPLES
+    assert counts[expected == 0].sum() == 0, "sampled a sequence the target gives probability 0"
+    small = expected < 5  # pool rare cells so every bin expects >= 5
+    obs = torch.cat([counts[~small].double(), counts[small].double().sum().view(1)])
+    exp = torch.cat([expected[~small], expected[small].sum().view(1)])
+    keep = exp > 0
+    return chisquare(obs[keep].numpy(), exp[keep].numpy() * obs[keep].sum().item() / exp[keep].sum().item()).pvalue
+
+
+@pytest.mark.parametrize(
+    "temperature, top_k, top_p, gamma",
+    [(1.0, 0, 1.0, 2), (0.7, 5, 1.0, 3), (1.3, 0, 0.8, 2)],
+)
+def test_joint_distribution_matches_target(models, temperature, top_k, top_p, gamma):
+    target, drafts = models
+    counts = _sample_counts(target, drafts, temperature, top_k, top_p, gamma)
+    stats = target.flashspec_stats
+    assert set(stats.arms[:2]) == {0, 1}, "the selector switches assistants every step"
+    assert 0 < sum(map(sum, stats.accepted)) < SAMPLES * stats.steps * gamma, "ragged: some drafts rejected"
+    assert _p_value(counts, _exact(target, _warpers(temperature, top_k, top_p))) > ALPHA
+
+
+def test_the_gate_rejects_a_sampler_that_skips_verification(models, monkeypatch):
+    """Negative control: accepting every draft gives the drafts' law, which the same gate must reject."""
+
+    def accept_all(scores, drafts, draft_logits):
+        return torch.cat([drafts, drafts[:, :1]], dim=1), torch.full((drafts.shape[0],), drafts.shape[1])
+
+    monkeypatch.setattr(flashspec_hf.decoding, "verify", accept_all)
+    target, drafts = models
+    counts = _sample_counts(target, drafts, 1.0, 0, 1.0, 2)
+    with pytest.raises(AssertionError):
+        assert _p_value(counts, _exact(target, _warpers(1.0, 0, 1.0))) > ALPHA

@@ -1,0 +1,108 @@
+"""Greedy flashspec output equals stock generate token for token (fp32), whatever the drafts propose."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flashspec_hf import RoundRobin
+
+from .conftest import left_padded, tiny_llama
+
+PROMPTS = [[5, 17, 33, 8, 90, 41, 7], [12, 60], [77, 3, 51, 51, 9]]
+
+
+def _stock(model, row, **kw):
+    ids = torch.tensor([row])
+    return model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, **kw)[0, len(row):]
+
+
+def _flash(model, drafts, rows, **kw):
+    ids, mask = left_padded(rows)
+    out = model.generate(ids, attention_mask=mask, do_sample=False, assistant_models=drafts, flashspec=True, **kw)
+    return out[:, ids.shape[1]:]
+
+
+@pytest.mark.parametrize("gamma", [1, 3, 6])
+def test_batch_one_equals_stock(target, assistants, gamma):
+    for row in PROMPTS:
+        want = _stock(target, row, max_new_tokens=24)
+        got = _flash(target, assistants, [row], max_new_tokens=24, num_assistant_tokens=gamma, selector=RoundRobin())
+        assert torch.equal(got[0], want)
+
+
+def test_padded_batch_rows_equal_each_row_alone(target, assistants):
+    got = _flash(target, assistants, PROMPTS, max_new_tokens=24, selector=RoundRobin())
+    accepted = target.flashspec_stats.accepted
+    assert any(len(set(step)) > 1 for step in accepted), "acceptance was ragged across rows"
+    for row, out in zip(PROMPTS, got):
+        want = _stock(target, row, max_new_tokens=24)
+        assert torch.equal(out[: len(want)], want)
+
+
+def test_self_draft_accepts_everything(target):
+    got = _flash(target, [target], PROMPTS, max_new_tokens=20, num_assistant_tokens=4)
+    assert target.flashspec_stats.tau == 5.0
+    for row, out in zip(PROMPTS, got):
+        assert torch.equal(out[:20], _stock(target, row, max_new_tokens=20))
+
+
+def test_eos_inside_an_accepted_block_ends_the_row_there(target):
+    """The target itself drafts (all γ accepted); EOS is a token it emits mid-block. Tokens after it are dropped."""
+    row = PROMPTS[0]
+    plain = _stock(target, row, max_new_tokens=30)
+    eos = int(plain[5])  # a token greedy decoding emits at the 6th position, inside the second block of 4
+    first = int((plain == eos).nonzero()[0])
+    want = _stock(target, row, max_new_tokens=30, eos_token_id=eos)
+    got = _flash(target, [target], [row, PROMPTS[1]], max_new_tokens=30, num_assistant_tokens=4, eos_token_id=eos)
+    assert torch.equal(want[: first + 1], plain[: first + 1]) and len(want) == first + 1
+    assert torch.equal(got[0, : first + 1], want) and (got[0, first + 1 :] == 0).all()
+
+
+@pytest.mark.parametrize("max_new_tokens", [1, 2, 7, 13])
+def test_max_new_tokens_inside_a_block(target, max_new_tokens):
+    got = _flash(target, [target], PROMPTS, max_new_tokens=max_new_tokens, num_assistant_tokens=5)
+    assert got.shape[1] == max_new_tokens
+    for row, out in zip(PROMPTS, got):
+        assert torch.equal(out, _stock(target, row, max_new_tokens=max_new_tokens))
+
+
+def test_processors_apply_per_position_like_stock(target, assistants):
+    kw = dict(max_new_tokens=20, repetition_penalty=1.3, no_repeat_ngram_size=2, min_new_tokens=4)
+    got = _flash(target, assistants, [PROMPTS[0]], num_assistant_tokens=3, **kw)
+    assert torch.equal(got[0], _stock(target, PROMPTS[0], **kw))
+
+
+def test_min_new_tokens_per_row_in_a_ragged_batch(target):
+    """EOS is masked until each row has min_new_tokens, counted per row (rows advance at different speeds)."""
+    eos = int(_stock(target, PROMPTS[1], max_new_tokens=3)[1])  # row 1 would end at its 2nd token
+    got = _flash(target, [target], PROMPTS, max_new_tokens=12, min_new_tokens=6, eos_token_id=eos)
+    for row, out in zip(PROMPTS, got):
+        want = _stock(target, row, max_new_tokens=12, min_new_tokens=6, eos_token_id=eos)
+        assert torch.equal(out[: len(want)], want)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 9), min_size=1, max_size=4),
+    gamma=st.integers(1, 6),
+    vocab=st.sampled_from([33, 64, 97]),
+    seed=st.integers(0, 1000),
+)
+def test_random_shapes_equal_stock(lengths, gamma, vocab, seed):
+    target = tiny_llama(layers=2, vocab=vocab, seed=seed, peak=4.0)
+    drafts = [tiny_llama(layers=1, vocab=vocab + 3, seed=seed + 1, peak=4.0)]
+    g = torch.Generator().manual_seed(seed)
+    rows = [torch.randint(3, vocab, (n,), generator=g).tolist() for n in lengths]
+    got = _flash(target, drafts, rows, max_new_tokens=10, num_assistant_tokens=gamma)
+    for row, out in zip(rows, got):
+        want = _stock(target, row, max_new_tokens=10)
+        assert torch.equal(out[: len(want)], want)
+
+
+def test_triton_kernel_in_the_loop(target, assistants, monkeypatch):
+    monkeypatch.setenv("FLASHSPEC_VERIFIER", "triton")
+    got = _flash(target, assistants, PROMPTS[:2], max_new_tokens=12)
+    for row, out in zip(PROMPTS, got):
+        want = _stock(target, row, max_new_tokens=12)
+        assert torch.equal(out[: len(want)], want)

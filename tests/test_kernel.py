@@ -1,0 +1,153 @@
+"""The Triton kernel equals the PyTorch reference given the same random numbers; the reference is exact."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import chisquare
+
+from flashspec_hf.kernels.reference import (
+    PLACEHOLDER_TOKEN_ID,
+    draw_noise,
+    verify_greedy_reference,
+    verify_sampling_reference,
+)
+from flashspec_hf.kernels.rejection_sampler import verify_triton
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def _case(batch, gamma, vocab, dtype, seed, agreement):
+    """Random target/draft logits; ``agreement`` in [0, 1] pulls the draft towards the target."""
+    g = torch.Generator().manual_seed(seed)
+    target = torch.randn(batch, gamma + 1, vocab, generator=g) * 3
+    noise = torch.randn(batch, gamma, vocab, generator=g) * 3
+    draft = agreement * target[:, :-1] + (1 - agreement) * noise
+    return target.to(dtype), draft.to(dtype), g
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    batch=st.integers(1, 4),
+    gamma=st.integers(1, 16),
+    vocab=st.integers(2, 300),
+    dtype=st.sampled_from(DTYPES),
+    seed=st.integers(0, 2**16),
+    agreement=st.sampled_from([0.0, 0.9, 1.0]),
+    splits=st.integers(1, 4),
+)
+def test_sampling_kernel_matches_reference(batch, gamma, vocab, dtype, seed, agreement, splits):
+    target, draft, g = _case(batch, gamma, vocab, dtype, seed, agreement)
+    tokens = torch.multinomial(draft.float().softmax(-1).view(-1, vocab), 1, generator=g).view(batch, gamma)
+    uniforms, gumbels = draw_noise(batch, gamma, vocab, torch.device("cpu"))
+    want = verify_sampling_reference(target, tokens, draft, uniforms, gumbels)
+    got = verify_triton(target, tokens, draft, uniforms, gumbels, block_size=32, num_splits=splits)
+    assert torch.equal(got[1], want[1]), "accepted counts differ"
+    assert torch.equal(got[0], want[0]), "output tokens differ"
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    batch=st.integers(1, 4),
+    gamma=st.integers(1, 16),
+    vocab=st.integers(2, 300),
+    dtype=st.sampled_from(DTYPES),
+    seed=st.integers(0, 2**16),
+    accept_first=st.integers(0, 16),
+    splits=st.integers(1, 4),
+)
+def test_greedy_kernel_matches_reference(batch, gamma, vocab, dtype, seed, accept_first, splits):
+    target, _, g = _case(batch, gamma, vocab, dtype, seed, 0.0)
+    tokens = torch.randint(0, vocab, (batch, gamma), generator=g)
+    n = min(accept_first, gamma)
+    tokens[:, :n] = target[:, :n].float().argmax(-1)  # the first n drafts agree with the target
+    want = verify_greedy_reference(target, tokens)
+    got = verify_triton(target, tokens, block_size=32, num_splits=splits)
+    assert torch.equal(got[1], want[1]) and torch.equal(got[0], want[0])
+    assert (want[1] >= n).all()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_greedy_ties_pick_the_first_index_like_torch_argmax(dtype):
+    target = torch.zeros(2, 3, 257, dtype=dtype)
+    target[:, :, [5, 77, 200]] = 1.0  # three-way ties, in different vocabulary chunks
+    tokens = torch.tensor([[5, 5], [77, 5]])
+    out, n = verify_triton(target, tokens, block_size=32, num_splits=4)
+    assert n.tolist() == [2, 0]
+    assert out.tolist() == [[5, 5, 5], [5, PLACEHOLDER_TOKEN_ID, PLACEHOLDER_TOKEN_ID]]
+
+
+@pytest.mark.parametrize("verify", ["reference", "triton"])
+def test_sampling_edge_cases(verify):
+    """All accepted (draft = target), all rejected (draft mass where p = 0), first-token rejection."""
+    vocab, gamma = 50, 3
+    target = torch.full((3, gamma + 1, vocab), float("-inf"))
+    target[..., :10] = torch.randn(3, gamma + 1, 10)
+    draft = target[:, :-1].clone()
+    tokens = torch.full((3, gamma), 3)
+    draft[1] = float("-inf")
+    draft[1, :, 40] = 0.0  # row 1 proposes token 40, which the target never emits
+    tokens[1] = 40
+    draft[2, 0] = float("-inf")
+    draft[2, 0, 45] = 0.0  # row 2: first draft impossible for the target, the rest identical
+    tokens[2, 0] = 45
+    uniforms, gumbels = draw_noise(3, gamma, vocab, torch.device("cpu"))
+    if verify == "reference":
+        out, n = verify_sampling_reference(target, tokens, draft, uniforms, gumbels)
+    else:
+        out, n = verify_triton(target, tokens, draft, uniforms, gumbels, block_size=16, num_splits=2)
+    assert n.tolist() == [gamma, 0, 0]
+    assert out[0, :gamma].tolist() == [3] * gamma and 0 <= out[0, gamma] < 10  # bonus from p
+    assert 0 <= out[1, 0] < 10 and 0 <= out[2, 0] < 10  # recovered tokens come from the target's support
+    assert (out[1:, 1:] == PLACEHOLDER_TOKEN_ID).all()
+
+
+def test_noise_is_never_degenerate():
+    uniforms, gumbels = draw_noise(64, 16, 4096, torch.device("cpu"))
+    assert (uniforms > 0).all() and (uniforms <= 1).all()
+    assert not torch.isnan(gumbels).any() and (gumbels < float("inf")).all()
+
+
+def _joint_counts(sampler, target, draft, samples):
+    """Counts ``[V * V]`` of the first two generated tokens of ``samples`` rows, decoding as the engine does.
+
+    p and q do not depend on the prefix, so drafts are i.i.d. and a row whose first step emitted one token
+    (first-token rejection) runs a second step for its second token.
+    """
+    vocab = target.shape[-1]
+
+    def step(n):
+        tokens = torch.multinomial(draft[0].softmax(-1), n, replacement=True).T  # [n, γ=2]
+        uniforms, gumbels = draw_noise(n, 2, vocab, torch.device("cpu"))
+        out, _ = sampler(target.expand(n, -1, -1), tokens, draft.expand(n, -1, -1), uniforms, gumbels)
+        return out
+
+    out = step(samples)  # [N, 3]
+    short = out[:, 1] == PLACEHOLDER_TOKEN_ID
+    if short.any():
+        out[short, 1] = step(int(short.sum()))[:, 0]
+    return torch.bincount(out[:, 0] * vocab + out[:, 1], minlength=vocab * vocab)
+
+
+def _broken_sampler(target, tokens, draft, uniforms, gumbels):
+    """Accepts every draft: outputs follow the draft, not the target (the gate must catch this)."""
+    out = torch.cat([tokens, tokens[:, :1]], dim=1)
+    return out, torch.full((tokens.shape[0],), tokens.shape[1])
+
+
+@pytest.mark.parametrize("sampler, passes", [(verify_sampling_reference, True), (_broken_sampler, False)])
+def test_reference_joint_distribution_chi_square(sampler, passes):
+    """Joint law of two output tokens = p1(a) p2(b), with position-independent p and q (so drafts are i.i.d.)."""
+    torch.manual_seed(1234)
+    vocab, samples = 6, 20_000
+    p_logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, float("-inf")])
+    q_logits = torch.tensor([0.0, 1.5, 0.5, 1.0, 0.0, 0.5])  # puts mass where p has none
+    target = p_logits.expand(1, 3, vocab)
+    draft = q_logits.expand(1, 2, vocab)
+    counts = _joint_counts(sampler, target, draft, samples)
+    p = p_logits.softmax(-1).double()
+    expected = torch.outer(p, p).flatten() * samples
+    keep = expected > 0
+    assert counts[~keep].sum() == 0 or not passes
+    stat = chisquare(counts[keep].double().numpy(), expected[keep].numpy() * counts[keep].sum().item() / expected[keep].sum().item())
+    assert (stat.pvalue > 0.01) == passes
