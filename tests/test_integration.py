@@ -1,0 +1,136 @@
+"""generate / pipeline integration: kwargs keep their meaning, stock behaviour without the flag, clear errors."""
+
+import copy
+
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import GenerationConfig, PreTrainedTokenizerFast, pipeline
+from transformers.generation.streamers import BaseStreamer
+
+from flashspec_hf import FlashSpecStats, ThompsonSampling, UCB1
+
+from .conftest import tiny_llama
+
+VOCAB = 97
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """Word-level tokenizer: token i is the word ``w<i>``; 0 = <pad>, 1 = <s>, 2 = </s>; the last id is the word
+    StopStringCriteria uses as its probe prefix."""
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, VOCAB - 1)}, "abcdef": VOCAB - 1}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+    tok.padding_side = "left"
+    return tok
+
+
+PROMPT = "w5 w17 w33 w8 w90"
+
+
+def test_without_the_flag_generate_is_stock(target, assistants):
+    ids = torch.tensor([[5, 17, 33]])
+    assert torch.equal(target.generate(ids, max_new_tokens=5), target.generate(ids, max_new_tokens=5, flashspec=False))
+    with pytest.raises(ValueError, match="assistant_models"):
+        target.generate(ids, max_new_tokens=5, assistant_models=assistants)  # stock's unused-kwargs error
+
+
+def test_pipeline_passes_flashspec_kwargs(target, assistants, tokenizer):
+    pipe = pipeline("text-generation", model=target, tokenizer=tokenizer)
+    kw = dict(max_new_tokens=12, do_sample=False, return_full_text=False)
+    want = pipe(PROMPT, **kw)
+    got = pipe(PROMPT, assistant_models=assistants, flashspec=True, **kw)
+    assert got == want and isinstance(target.flashspec_stats, FlashSpecStats)
+    batch = pipe([PROMPT, "w12 w60"], assistant_models=assistants, flashspec=True, batch_size=2, **kw)
+    assert batch[0] == want
+
+
+def test_pipeline_stop_sequence(target, assistants, tokenizer):
+    pipe = pipeline("text-generation", model=target, tokenizer=tokenizer)
+    full = pipe(PROMPT, max_new_tokens=12, do_sample=False, return_full_text=False)[0]["generated_text"].split()
+    stop = full[4]  # a word the target produces mid-block
+    kw = dict(max_new_tokens=12, do_sample=False, return_full_text=False, stop_sequence=stop)
+    got = pipe(PROMPT, assistant_models=[target], flashspec=True, num_assistant_tokens=6, **kw)
+    assert got == pipe(PROMPT, **kw)
+    assert got[0]["generated_text"].split() == full[: full.index(stop) + 1]
+
+
+def test_streamer_receives_prompt_then_every_token(target, assistants):
+    class Collect(BaseStreamer):
+        def __init__(self):
+            self.chunks, self.ended = [], False
+
+        def put(self, value):
+            self.chunks.append(value.flatten().tolist())
+
+        def end(self):
+            self.ended = True
+
+    streamer = Collect()
+    ids = torch.tensor([[5, 17, 33, 8]])
+    out = target.generate(ids, max_new_tokens=15, assistant_models=assistants, flashspec=True, streamer=streamer)
+    assert streamer.ended and streamer.chunks[0] == ids[0].tolist()
+    assert sum(streamer.chunks[1:], []) == out[0, 4:].tolist()
+
+
+def test_return_dict_scores_match_stock(target, assistants):
+    ids = torch.tensor([[5, 17, 33, 8]])
+    kw = dict(max_new_tokens=9, do_sample=False, return_dict_in_generate=True, output_scores=True, output_logits=True)
+    want = target.generate(ids, **kw)
+    got = target.generate(ids, assistant_models=assistants, flashspec=True, **kw)
+    assert torch.equal(got.sequences, want.sequences)
+    assert len(got.scores) == len(want.scores) == len(got.logits) == 9
+    for mine, theirs in zip(got.scores + got.logits, want.scores + want.logits):
+        torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-4)
+
+
+def test_num_return_sequences_with_sampling(target, assistants):
+    out = target.generate(
+        torch.tensor([[5, 17]]), do_sample=True, num_return_sequences=3, max_new_tokens=6,
+        assistant_models=assistants, flashspec=True,
+    )
+    assert out.shape == (3, 8)
+
+
+def test_generation_config_sets_gamma(target, assistants):
+    config = GenerationConfig(num_assistant_tokens=2, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    target.generate(torch.tensor([[5, 17]]), generation_config=config, assistant_models=assistants, flashspec=True)
+    assert target.flashspec_stats.num_assistant_tokens == 2
+
+
+@pytest.mark.parametrize("selector", ["ucb1", "thompson", UCB1(), ThompsonSampling(seed=3)])
+def test_selectors_by_name_or_instance(target, assistants, selector):
+    target.generate(torch.tensor([[5, 17]]), max_new_tokens=10, assistant_models=assistants, flashspec=True, selector=selector)
+    assert set(target.flashspec_stats.arms) <= {0, 1}
+
+
+def test_stats_are_consistent(target, assistants):
+    ids = torch.tensor([[5, 17, 33]])
+    out = target.generate(ids, max_new_tokens=16, assistant_models=assistants, flashspec=True, num_assistant_tokens=3)
+    s = target.flashspec_stats
+    assert s.new_tokens == out.shape[1] - 3 == 16
+    assert sum(map(sum, s.accepted)) + s.steps >= 16 and 1.0 <= s.tau <= 4.0
+    assert abs(sum(s.arm_share.values()) - 1.0) < 1e-9 and s.tokens_per_second > 0
+
+
+def _error(target, match, exc=ValueError, **kw):
+    with pytest.raises(exc, match=match):
+        target.generate(torch.tensor([[5, 17]]), max_new_tokens=4, **{"flashspec": True, **kw})
+
+
+def test_bad_input_raises_clear_errors(target, assistants):
+    _error(target, "needs draft models")
+    _error(target, "is empty", assistant_models=[])
+    _error(target, "beam search", assistant_models=assistants, num_beams=2)
+    _error(target, "cache", assistant_models=assistants, cache_implementation="static")
+    _error(target, "must be a transformers causal LM", TypeError, assistant_models=[object()])
+    _error(target, "do not share a tokenizer", assistant_models=[tiny_llama(layers=1, vocab=5000)])
+    other_eos = tiny_llama(layers=1, eos=7)
+    _error(target, "eos_token_id", assistant_models=[other_eos])
+    elsewhere = copy.deepcopy(assistants[0]).to("meta")
+    _error(target, "move it with", assistant_models=[elsewhere])
+    _error(target, "num_assistant_tokens", assistant_models=assistants, num_assistant_tokens=0)
+    _error(target, "unknown selector", assistant_models=assistants, selector="greedy-bandit")
+    _error(target, "stop_strings needs the tokenizer", assistant_models=assistants, stop_strings=["w5"])
