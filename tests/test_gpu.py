@@ -1,0 +1,55 @@
+"""On CUDA: the Triton kernel equals the reference at real vocabulary sizes, with no device-to-host sync."""
+
+import pytest
+import torch
+
+from flashspec_hf.kernels.reference import draw_noise, verify_greedy_reference, verify_sampling_reference
+from flashspec_hf.verification import verify
+
+from .conftest import left_padded, tiny_llama
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+
+
+@pytest.mark.parametrize("vocab", [32_000, 49_152, 128_256, 262_144])
+@pytest.mark.parametrize("batch, gamma", [(1, 4), (8, 8), (64, 4)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kernel_matches_reference_on_cuda(vocab, batch, gamma, dtype):
+    from flashspec_hf.kernels.rejection_sampler import verify_triton
+
+    g = torch.Generator(device="cuda").manual_seed(vocab + batch)
+    target = (torch.randn(batch, gamma + 1, vocab, device="cuda", generator=g) * 4).to(dtype)
+    draft = (0.8 * target[:, :-1].float() + torch.randn(batch, gamma, vocab, device="cuda", generator=g)).to(dtype)
+    tokens = torch.multinomial(draft.float().softmax(-1).view(-1, vocab), 1, generator=g).view(batch, gamma)
+    uniforms, gumbels = draw_noise(batch, gamma, vocab, torch.device("cuda"))
+    assert [t.equal(r) for t, r in zip(verify_triton(target, tokens), verify_greedy_reference(target, tokens))] == [1, 1]
+    got = verify_triton(target, tokens, draft, uniforms, gumbels)
+    want = verify_sampling_reference(target, tokens, draft, uniforms, gumbels)
+    assert torch.equal(got[1], want[1]) and torch.equal(got[0], want[0])
+
+
+@pytest.mark.parametrize("sampling", [False, True])
+def test_verification_does_not_sync(sampling):
+    batch, gamma, vocab = 4, 4, 49_152
+    target = torch.randn(batch, gamma + 1, vocab, device="cuda")
+    draft = torch.randn(batch, gamma, vocab, device="cuda") if sampling else None
+    tokens = torch.randint(0, vocab, (batch, gamma), device="cuda")
+    verify(target, tokens, draft)  # compile outside the check
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        verify(target, tokens, draft)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def test_greedy_engine_on_cuda_equals_stock():
+    target = tiny_llama(layers=2, seed=0, peak=8.0).cuda()
+    drafts = [tiny_llama(layers=1, seed=1, peak=8.0).cuda(), tiny_llama(layers=1, vocab=101, seed=5, peak=8.0).cuda()]
+    rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60], [77, 3, 51, 51, 9]]
+    ids, mask = left_padded(rows)
+    out = target.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=24, do_sample=False,
+                          assistant_models=drafts, flashspec=True)
+    for row, got in zip(rows, out[:, ids.shape[1]:]):
+        want = target.generate(torch.tensor([row]).cuda(), max_new_tokens=24, do_sample=False)[0, len(row):]
+        assert torch.equal(got[: len(want)], want)
