@@ -50,11 +50,11 @@ def jsonl_prompts(path: str | Path, num: int | None = None) -> Dataset:
     Raises:
         ValueError: no ``prompt`` field, an empty file, or a prompt that is not a string.
     """
+    if not any(line.strip() for line in Path(path).read_text().splitlines()):
+        raise ValueError(f"{path} holds no prompts")
     data = load_dataset("json", data_files=str(path), split="train")
     if "prompt" not in data.column_names:
         raise ValueError(f"{path}: every line needs a 'prompt' field; found {data.column_names}")
-    if len(data) == 0:
-        raise ValueError(f"{path} holds no prompts")
     if not all(isinstance(p, str) for p in data["prompt"]):
         raise ValueError(f"{path}: every 'prompt' must be a string")
     if "domain" not in data.column_names:

@@ -46,7 +46,8 @@ def compare_on_prompts(
 
     Returns:
         One dict per prompt: ``domain``, ``new_tokens`` and ``seconds`` of each engine (``plain_*``,
-        ``flash_*``), ``identical`` (bool), ``steps``, ``accepted`` (list per step), ``arms`` (arm per step),
+        ``flash_*``), ``identical`` (bool), ``divergence`` (see :func:`first_divergence`), ``steps``,
+        ``accepted`` (list per step), ``arms`` (arm per step),
         ``arm_names``, ``gamma``.
     """
     flash_only = {"num_assistant_tokens", "selector"}
@@ -69,6 +70,7 @@ def compare_on_prompts(
                 "flash_new_tokens": flash.shape[1] - length,
                 "flash_seconds": flash_s,
                 "identical": plain.shape == flash.shape and bool(torch.equal(plain, flash)),
+                "divergence": first_divergence(target, plain, flash, length),
                 "steps": stats.steps,
                 "accepted": [step[0] for step in stats.accepted],
                 "arms": stats.arms,
@@ -77,6 +79,25 @@ def compare_on_prompts(
             }
         )
     return results
+
+
+@torch.no_grad()
+def first_divergence(
+    model: PreTrainedModel, plain: torch.Tensor, flash: torch.Tensor, prompt_length: int
+) -> dict | None:
+    """Where two greedy outputs ``[1, L + N]`` first differ, and the target's top-1 minus top-2 logit there.
+
+    In bf16/fp16 a batched verification forward rounds differently from one-token decoding and can flip near-ties;
+    a small margin at the divergence says that is what happened. Returns None when one output is a prefix of the
+    other (no divergence), else ``{"position": new-token index, "margin": float}``.
+    """
+    width = min(plain.shape[1], flash.shape[1])
+    differ = (plain[0, :width] != flash[0, :width]).nonzero()
+    if len(differ) == 0:
+        return None
+    at = int(differ[0])
+    top2 = model(plain[:, :at]).logits[0, -1].float().topk(2).values
+    return {"position": at - prompt_length, "margin": float(top2[0] - top2[1])}
 
 
 def summarize(results: list[dict]) -> list[dict]:
