@@ -47,7 +47,8 @@ def test_first_divergence_reports_the_margin():
     flash = plain.clone()
     flash[0, 3] = 40
     got = first_divergence(model, plain, flash, 2)
-    top2 = model(plain[:, :3]).logits[0, -1].topk(2).values
+    with torch.no_grad():
+        top2 = model(plain[:, :3]).logits[0, -1].topk(2).values
     assert got["position"] == 1 and got["margin"] == pytest.approx(float(top2[0] - top2[1]))
 
 
