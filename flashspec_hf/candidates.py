@@ -43,7 +43,7 @@ class MultiAssistantCandidateGenerator(CandidateGenerator):
         do_sample: bool,
         process: DraftProcessor,
     ):
-        self.caches = [ColumnCache(model) for model in assistants]
+        self.caches = [ColumnCache(model, vocab_size) for model in assistants]
         self.columns = columns
         self.selector = selector
         self.gamma = num_assistant_tokens

@@ -25,7 +25,8 @@ class Columns:
     Attributes:
         tokens: int64 ``[B, T]``; the last column is the *pending* token (emitted, not yet seen by the target).
         valid: int64 ``[B, T]``, 1 for real tokens, 0 for left padding and holes (the attention mask).
-        positions: int64 ``[B, T]``, position id of each column (its number of valid predecessors).
+        positions: int64 ``[B, T]``, position id of each valid column (its number of valid predecessors); padding
+            columns hold 1 (as transformers' generate), holes an arbitrary value (they are masked).
     """
 
     tokens: torch.Tensor
@@ -52,12 +53,33 @@ class Columns:
 
 
 class ColumnCache:
-    """One model's KV cache over a prefix of the columns (``seen`` of them)."""
+    """One model's KV cache over a prefix of the columns (``seen`` of them).
 
-    def __init__(self, model: PreTrainedModel):
+    Args:
+        model: the target or an assistant.
+        vocab_size: the target's vocabulary; tokens the model has no embedding for (an assistant with a smaller
+            padded vocabulary) are fed as token 0; its logits for them are ``-inf``-padded anyway.
+    """
+
+    def __init__(self, model: PreTrainedModel, vocab_size: int):
         self.model = model
         self.cache = DynamicCache(config=model.config)
+        self.cache.activate_past_recording()  # lets sliding-window / linear-attention layers be cropped
         self.seen = 0
+        embeddings = model.get_input_embeddings().num_embeddings
+        self.max_token = embeddings - 1 if embeddings < vocab_size else None
+
+    def check_holes_allowed(self) -> None:
+        """Raise NotImplementedError if holes (batch > 1) would break the model's attention.
+
+        A sliding window counts cache slots, holes included, and a linear-attention state absorbs the rejected
+        tokens: both would change the output.
+        """
+        if any(self.cache.is_sliding) or any(self.cache.is_linear):
+            raise NotImplementedError(
+                f"{type(self.model).__name__} has sliding-window or linear-attention layers; flashspec runs them at "
+                "batch size 1 only (ragged acceptance leaves holes in the cache)"
+            )
 
     def forward(self, columns: Columns, drafts: torch.Tensor, logits_to_keep: int) -> torch.Tensor:
         """Feed what this cache has not seen of ``columns ++ drafts``; return the last ``logits_to_keep`` logits.
@@ -75,6 +97,8 @@ class ColumnCache:
         mask = torch.cat([columns.valid, torch.ones_like(drafts)], dim=1)  # [B, T + n]
         first_col, first_draft = min(self.seen, columns.length), max(self.seen - columns.length, 0)
         ids = torch.cat([columns.tokens[:, first_col:], drafts[:, first_draft:]], dim=1)  # [B, T + n - seen]
+        if self.max_token is not None:
+            ids = ids.masked_fill(ids > self.max_token, 0)
         draft_pos = columns.positions[:, -1:] + steps  # [B, n]
         pos = torch.cat([columns.positions[:, first_col:], draft_pos[:, first_draft:]], dim=1)
         device = self.model.device

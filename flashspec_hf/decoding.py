@@ -27,7 +27,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 from .candidates import MultiAssistantCandidateGenerator
 from .columns import ColumnCache, Columns
 from .kernels.reference import PLACEHOLDER_TOKEN_ID
-from .processing import LogitsProcessing, Sequences
+from .processing import Groups, LogitsProcessing, Sequences
 from .selection import Selector
 from .stats import FlashSpecStats
 from .verification import verify
@@ -65,30 +65,30 @@ def speculative_decode(
     batch_size, prompt_length = input_ids.shape
     gamma = num_assistant_tokens
     device = input_ids.device
-    eos = generation_config._eos_token_tensor  # [E] or None
     pad = generation_config._pad_token_tensor
     pad_token_id = int(pad) if pad is not None else 0
-    max_new_tokens = generation_config.max_length - prompt_length
+    eos, max_length, criteria = _split_criteria(stopping_criteria, generation_config.max_length)
+    eos = eos.to(device) if eos is not None else None
+    max_new_tokens = max_length - prompt_length
     vocab_size = model.config.get_text_config().vocab_size
 
     columns = Columns.from_prompt(input_ids, attention_mask)
     sequences = Sequences(input_ids, max_new_tokens, gamma, pad_token_id)
-    processing = LogitsProcessing(logits_processor, batch_size, eos)
-    criteria = StoppingCriteriaList(
-        [c for c in stopping_criteria if not isinstance(c, (EosTokenCriteria, MaxLengthCriteria))]
-    )
-    context = sequences.aligned()  # [B, W]: rows right-aligned, refreshed every step
+    processing = LogitsProcessing(logits_processor)
+    groups = sequences.groups([True] * batch_size)  # rows by tokens generated, refreshed every step
 
     def process_draft(logits: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
         if processing.is_identity:
             return logits.float()
-        ctx = torch.cat([context, drafts], dim=1) if processing.contextual else context
-        return processing(logits, ctx, drafts[:, :0], sequences.num_new + drafts.shape[1], prompt_length)
+        return processing(logits, sequences, groups, drafts, drafts[:, :0])
 
     generator = MultiAssistantCandidateGenerator(
         assistants, columns, selector, gamma, vocab_size, generation_config.do_sample, process_draft
     )
-    target = ColumnCache(model)
+    target = ColumnCache(model, vocab_size)
+    if batch_size > 1:
+        for cache in [target, *generator.caches]:
+            cache.check_holes_allowed()
     stats = FlashSpecStats(arm_names(assistants), gamma)
     want_scores, want_logits = _recording(generation_config)
     recorded_scores, recorded_logits, emitted_counts = [], [], []
@@ -103,11 +103,11 @@ def speculative_decode(
         if processing.is_identity:
             scores = logits
         else:
-            scores = processing(logits, context, drafts, sequences.num_new, prompt_length)  # [B, γ+1, V] fp32
+            scores = processing(logits, sequences, groups, drafts[:, :0], drafts)  # [B, γ+1, V] fp32
         output, num_accepted = verify(scores, drafts, draft_logits)  # [B, γ+1], [B]
         output = output.masked_fill(output == PLACEHOLDER_TOKEN_ID, pad_token_id)
         num_emitted, finished = _cut_block(
-            output, num_accepted, scores, finished, sequences, context, criteria, eos, max_new_tokens
+            output, num_accepted, scores, finished, sequences, groups, criteria, eos, max_new_tokens
         )
         # the step's only device-to-host copy
         accepted_h, emitted_h, finished_h = torch.stack([num_accepted, num_emitted, finished.long()]).tolist()
@@ -124,11 +124,11 @@ def speculative_decode(
             streamer.put(output[0, : emitted_h[0]].cpu())
         if want_scores or want_logits:
             recorded_scores.append(scores if want_scores else None)
-            recorded_logits.append(logits if want_logits else None)
+            recorded_logits.append(logits.float() if want_logits else None)
             emitted_counts.append(emitted_h)
         active = [not f for f in finished_h]
         steps_left = any(active)
-        context = sequences.aligned()
+        groups = sequences.groups(active)
     if streamer is not None:
         streamer.end()
 
@@ -151,7 +151,7 @@ def _cut_block(
     scores: torch.Tensor,
     finished: torch.Tensor,
     sequences: Sequences,
-    context: torch.Tensor,
+    groups: Groups,
     criteria: StoppingCriteriaList,
     eos: torch.Tensor | None,
     max_new_tokens: int,
@@ -175,12 +175,30 @@ def _cut_block(
         first = torch.where(is_eos, pos, width).amin(dim=1)  # [B]
         ended |= first < width
         num_emitted = torch.minimum(num_emitted, first + 1)
-    for i in range(width if criteria else 0):
-        hit = criteria(torch.cat([context, output[:, : i + 1]], dim=1), scores[:, i]) & (i < num_emitted)
-        num_emitted = torch.where(hit, i + 1, num_emitted)
-        ended |= hit
+    for generated, rows in groups if criteria else []:
+        for i in range(width):
+            hit = criteria(torch.cat([sequences.prefix(generated), output[:, : i + 1]], dim=1), scores[:, i])
+            hit &= i < num_emitted
+            hit = hit if rows is None else hit & rows[:, 0]
+            num_emitted = torch.where(hit, i + 1, num_emitted)
+            ended |= hit
     ended |= sequences.num_new + num_emitted >= max_new_tokens
     return num_emitted, ended
+
+
+def _split_criteria(
+    stopping_criteria: StoppingCriteriaList, default_max_length: int
+) -> tuple[torch.Tensor | None, int, StoppingCriteriaList]:
+    """EOS ids ``[E]`` and ``max_length`` (applied per row, inside a block) and the criteria checked per position.
+
+    ``EosTokenCriteria`` and ``MaxLengthCriteria`` (generate's or the user's) read ``input_ids.shape[-1]`` or only
+    the last token; their parameters are applied per emitted position instead.
+    """
+    eos_ids = [c.eos_token_id.flatten() for c in stopping_criteria if isinstance(c, EosTokenCriteria)]
+    lengths = [c.max_length for c in stopping_criteria if isinstance(c, MaxLengthCriteria)]
+    rest = [c for c in stopping_criteria if not isinstance(c, (EosTokenCriteria, MaxLengthCriteria))]
+    eos = torch.cat(eos_ids) if eos_ids else None
+    return eos, min(lengths, default=default_max_length), StoppingCriteriaList(rest)
 
 
 def _append_columns(columns: Columns, output: torch.Tensor, num_accepted: torch.Tensor, max_accepted: int) -> None:

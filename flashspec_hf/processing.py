@@ -2,13 +2,13 @@
 
 Stock assisted decoding calls the prepared processor list once per verified position with the drafted prefix
 (``logits_processor(candidate_input_ids[:, :cur_len + i], new_logits[:, i])``), so prefix-dependent processors
-(repetition penalty, no-repeat n-grams, bad words, …) see what the target would have seen token by token. Here
-rows have different lengths, so each call gets the rows *right-aligned* (extra left padding on shorter rows):
-at batch 1 that is exactly stock's ``input_ids``.
+(repetition penalty, no-repeat n-grams, min-length, …) see what the target would have seen token by token.
 
-Processors that read ``input_ids.shape[-1]`` as the row length cannot work on ragged rows: the minimum-length
-ones are enforced per row here instead, and the other length-dependent ones are refused at batch > 1.
-A trailing run of context-free warpers (temperature, top-k, top-p, …) runs once on all positions together.
+Here rows may have generated different numbers of tokens. The processors run once per *group* of active rows
+with the same count, on the whole batch, and only the group's rows keep the result: each row sees exactly its own
+``input_ids`` (left-padded prompt + its tokens), with its own length, as in stock batched ``generate``, and batch
+indices stay those of the call (``prefix_allowed_tokens_fn`` gets the right ``batch_id``). At batch 1 there is one
+group. A trailing run of context-free warpers (temperature, top-k, top-p, …) runs once on all positions together.
 """
 
 from __future__ import annotations
@@ -17,14 +17,8 @@ import torch
 from transformers.generation.logits_process import (
     EpsilonLogitsWarper,
     EtaLogitsWarper,
-    ExponentialDecayLengthPenalty,
-    ForcedBOSTokenLogitsProcessor,
-    ForcedEOSTokenLogitsProcessor,
     LogitsProcessorList,
-    MinLengthLogitsProcessor,
-    MinNewTokensLengthLogitsProcessor,
     MinPLogitsWarper,
-    SuppressTokensAtBeginLogitsProcessor,
     TemperatureLogitsWarper,
     TopKLogitsWarper,
     TopPLogitsWarper,
@@ -40,12 +34,9 @@ _CONTEXT_FREE = (
     EpsilonLogitsWarper,
     EtaLogitsWarper,
 )
-_LENGTH_DEPENDENT = (
-    ForcedBOSTokenLogitsProcessor,
-    ForcedEOSTokenLogitsProcessor,
-    SuppressTokensAtBeginLogitsProcessor,
-    ExponentialDecayLengthPenalty,
-)
+
+Groups = list[tuple[int, torch.Tensor | None]]
+"""``(tokens generated, row mask bool [B, 1] or None for all rows)`` per distinct count among active rows."""
 
 
 class Sequences:
@@ -68,15 +59,16 @@ class Sequences:
         self.num_new_host = [0] * batch_size  # host copy of num_new
         self.max_new = 0  # max(num_new_host)
 
-    def aligned(self) -> torch.Tensor:
-        """Rows right-aligned, int64 ``[B, L + max_new]``; shorter rows get ``pad_token_id`` on the left."""
-        width = self.prompt_length + self.max_new
-        if self.buffer.shape[0] == 1:
-            return self.buffer[:, :width]
-        shift = (self.max_new - self.num_new).unsqueeze(1)  # [B, 1]
-        src = torch.arange(width, device=self.buffer.device) - shift  # [B, width]
-        rows = self.buffer.gather(1, src.clamp_min(0))
-        return rows.masked_fill(src < 0, self.pad_token_id)
+    def prefix(self, generated: int) -> torch.Tensor:
+        """int64 ``[B, L + generated]``: exact ``input_ids`` for the rows that have generated ``generated`` tokens."""
+        return self.buffer[:, : self.prompt_length + generated]
+
+    def groups(self, active: list[bool]) -> Groups:
+        """The distinct generated-token counts among ``active`` rows, each with its row mask (None: every row)."""
+        counts = sorted({n for n, a in zip(self.num_new_host, active, strict=True) if a})
+        if len(set(self.num_new_host)) == 1:
+            return [(counts[0], None)] if counts else []
+        return [(n, (self.num_new == n).unsqueeze(1)) for n in counts]
 
     def append(self, tokens: torch.Tensor, counts: torch.Tensor, counts_host: list[int]) -> None:
         """Append the first ``counts[b]`` of ``tokens[b]`` (int64 ``[B, n]``) to each row.
@@ -97,60 +89,42 @@ class Sequences:
 
 
 class LogitsProcessing:
-    """The prepared processor list, split for ragged rows.
+    """The prepared processor list, split into prefix-dependent processors and a trailing run of warpers.
 
     Args:
         logits_processor: the list generate prepared (processors and warpers).
-        batch_size: rows; length-dependent processors are refused when > 1.
-        eos_token_ids: int64 ``[E]`` end-of-sequence ids (masked while a row is under its minimum length).
-
-    Raises:
-        NotImplementedError: a processor reads the row length (forced BOS/EOS, suppress-at-begin, exponential
-            length penalty) and rows are ragged (batch > 1).
     """
 
-    def __init__(self, logits_processor: LogitsProcessorList, batch_size: int, eos_token_ids: torch.Tensor | None):
+    def __init__(self, logits_processor: LogitsProcessorList):
         processors = list(logits_processor)
-        self.min_length = 0  # rows shorter than this (prompt included) may not end
-        kept = []
-        for proc in processors:
-            if isinstance(proc, MinLengthLogitsProcessor):
-                self.min_length = max(self.min_length, proc.min_length)
-            elif isinstance(proc, MinNewTokensLengthLogitsProcessor):
-                self.min_length = max(self.min_length, proc.prompt_length_to_skip + proc.min_new_tokens)
-            else:
-                kept.append(proc)
-        if batch_size > 1:
-            for proc in kept:
-                if isinstance(proc, _LENGTH_DEPENDENT):
-                    raise NotImplementedError(
-                        f"{type(proc).__name__} depends on the row length, which differs between rows under "
-                        "flashspec's ragged acceptance; use batch size 1 for it"
-                    )
-        split = len(kept)
-        while split > 0 and isinstance(kept[split - 1], _CONTEXT_FREE):
+        split = len(processors)
+        while split > 0 and isinstance(processors[split - 1], _CONTEXT_FREE):
             split -= 1
-        self.contextual = kept[:split]
-        self.warpers = kept[split:]
-        self.eos_token_ids = eos_token_ids
+        self.contextual = processors[:split]
+        self.warpers = processors[split:]
 
     @property
     def is_identity(self) -> bool:
         """True when processing would return the logits unchanged (greedy with no processors)."""
-        return not (self.contextual or self.warpers or (self.min_length and self.eos_token_ids is not None))
+        return not (self.contextual or self.warpers)
 
     def __call__(
-        self, logits: torch.Tensor, context: torch.Tensor, following: torch.Tensor, generated: torch.Tensor, prompt_length: int
+        self,
+        logits: torch.Tensor,
+        sequences: Sequences,
+        groups: Groups,
+        drafted: torch.Tensor,
+        following: torch.Tensor,
     ) -> torch.Tensor:
         """Process ``P`` consecutive positions of every row.
 
         Args:
             logits: ``[B, P, V]`` raw logits; position ``i`` predicts the token after
-                ``context ++ following[:, :i]``.
-            context: int64 ``[B, W]`` right-aligned rows before position 0.
+                ``row ++ drafted ++ following[:, :i]``.
+            sequences: the rows so far (prompt + generated tokens).
+            groups: :meth:`Sequences.groups` of this step.
+            drafted: int64 ``[B, m]`` draft tokens already placed after the rows (``m`` may be 0).
             following: int64 ``[B, P - 1]`` tokens between the positions (the draft tokens), maybe ``[B, 0]``.
-            generated: int64 ``[B]`` tokens each row had generated before position 0.
-            prompt_length: ``L``, the left-padded prompt length.
 
         Returns:
             float32 ``[B, P, V]`` processed logits (``-inf`` where a processor forbids a token).
@@ -158,18 +132,14 @@ class LogitsProcessing:
         scores = logits.float()  # [B, P, V], a copy when the logits are bf16/fp16
         if scores.data_ptr() == logits.data_ptr():
             scores = scores.clone()
-        positions = scores.shape[1]
-        if self.min_length and self.eos_token_ids is not None:
-            row_length = prompt_length + generated.unsqueeze(1) + torch.arange(positions, device=scores.device)  # [B, P]
-            too_short = (row_length < self.min_length).unsqueeze(-1)  # [B, P, 1]
-            eos = scores[..., self.eos_token_ids]
-            scores[..., self.eos_token_ids] = eos.masked_fill(too_short, float("-inf"))
-        for i in range(positions if self.contextual else 0):
-            ids = torch.cat([context, following[:, :i]], dim=1)  # [B, W + i]
-            row = scores[:, i]
-            for proc in self.contextual:
-                row = proc(ids, row)
-            scores[:, i] = row
+        for generated, rows in groups if self.contextual else []:
+            base = torch.cat([sequences.prefix(generated), drafted], dim=1)  # [B, L + generated + m]
+            for i in range(scores.shape[1]):
+                ids = torch.cat([base, following[:, :i]], dim=1)
+                row = scores[:, i] if rows is None else scores[:, i].clone()
+                for proc in self.contextual:
+                    row = proc(ids, row)
+                scores[:, i] = row if rows is None else torch.where(rows, row, scores[:, i])
         if self.warpers:
             flat = scores.view(-1, scores.shape[-1])  # [B * P, V]
             for proc in self.warpers:

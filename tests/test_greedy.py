@@ -106,3 +106,39 @@ def test_triton_kernel_in_the_loop(target, assistants, monkeypatch):
     for row, out in zip(PROMPTS, got):
         want = _stock(target, row, max_new_tokens=12)
         assert torch.equal(out[: len(want)], want)
+
+
+def test_prefix_processors_in_a_ragged_batch_equal_stock(target, assistants):
+    """Repetition penalty and n-gram bans see each row's own tokens, not alignment padding (equal-length prompts:
+    stock batched generate equals each row alone, so flashspec must too)."""
+    rows = [[5, 17, 33, 8], [12, 60, 61, 62], [77, 3, 51, 9]]
+    kw = dict(max_new_tokens=20, repetition_penalty=3.0, no_repeat_ngram_size=2, pad_token_id=56)
+    got = _flash(target, assistants, rows, num_assistant_tokens=3, **kw)
+    assert any(len(set(step)) > 1 for step in target.flashspec_stats.accepted), "acceptance was ragged"
+    for row, out in zip(rows, got):
+        assert torch.equal(out, _stock(target, row, **kw))
+
+
+def test_draft_with_a_smaller_padded_vocabulary(target):
+    """Tokens the draft has no embedding for are fed to it as 0; its missing logits are probability 0."""
+    small = tiny_llama(layers=1, vocab=90, seed=3, peak=8.0)
+    rows = [[93, 95, 94, 96], [5, 17]]  # ids above the draft's vocabulary
+    got = _flash(target, [small], rows, max_new_tokens=16)
+    for row, out in zip(rows, got):
+        want = _stock(target, row, max_new_tokens=16)
+        assert torch.equal(out[: len(want)], want)
+
+
+def test_sliding_window_target_batch_one_and_clear_error_for_batches():
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(0)
+    config = MistralConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, sliding_window=8, pad_token_id=0,
+                           bos_token_id=1, eos_token_id=2)
+    model = MistralForCausalLM(config).eval()
+    row = PROMPTS[0]
+    got = _flash(model, [model], [row], max_new_tokens=20, num_assistant_tokens=3)
+    assert torch.equal(got[0], _stock(model, row, max_new_tokens=20))  # past the 8-token window
+    with pytest.raises(NotImplementedError, match="batch size 1"):
+        _flash(model, [model], PROMPTS, max_new_tokens=4)

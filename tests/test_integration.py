@@ -134,3 +134,16 @@ def test_bad_input_raises_clear_errors(target, assistants):
     _error(target, "num_assistant_tokens", assistant_models=assistants, num_assistant_tokens=0)
     _error(target, "unknown selector", assistant_models=assistants, selector="greedy-bandit")
     _error(target, "stop_strings needs the tokenizer", assistant_models=assistants, stop_strings=["w5"])
+
+
+def test_user_eos_criteria_is_honoured(target, assistants):
+    from transformers.generation.stopping_criteria import EosTokenCriteria, StoppingCriteriaList
+
+    ids = torch.tensor([[5, 17, 33, 8]])
+    plain = target.generate(ids, max_new_tokens=20, do_sample=False)[0, 4:]
+    stop = int(plain[6])
+    criteria = StoppingCriteriaList([EosTokenCriteria(stop)])
+    want = target.generate(ids, max_new_tokens=20, do_sample=False, stopping_criteria=criteria)
+    got = target.generate(ids, max_new_tokens=20, do_sample=False, stopping_criteria=criteria,
+                          assistant_models=[target], flashspec=True)
+    assert torch.equal(got, want) and int(got[0, -1]) == stop

@@ -151,3 +151,29 @@ def test_reference_joint_distribution_chi_square(sampler, passes):
     assert counts[~keep].sum() == 0 or not passes
     stat = chisquare(counts[keep].double().numpy(), expected[keep].numpy() * counts[keep].sum().item() / expected[keep].sum().item())
     assert (stat.pvalue > 0.01) == passes
+
+
+# logits, and how far p(8) sits below q(8), for which each implementation's own float32 rounding leaves
+# max(0, p - q) = 0 everywhere while still rejecting token 8 at u = 1 (found by search)
+EMPTY_RESIDUAL = {
+    "reference": ([0.1227012425661087, -0.5663174986839294, 0.3731146454811096], 6e-8),
+    "triton": ([0.40334683656692505, 0.8380263447761536, -0.7192575931549072], 3e-8),
+}
+
+
+@pytest.mark.parametrize("verify", ["reference", "triton"])
+def test_empty_residual_falls_back_to_p(verify):
+    """Rejected with no residual mass (rounding, p = q): the recovered token must come from p's support."""
+    vocab, gamma = 40, 1
+    logits, below = EMPTY_RESIDUAL[verify]
+    target = torch.full((1, gamma + 1, vocab), float("-inf"))
+    target[..., 7:10] = torch.tensor(logits)
+    draft = target[:, :1].clone()
+    target[0, 0, 8] -= below
+    tokens, uniforms = torch.tensor([[8]]), torch.ones(1, gamma)
+    _, gumbels = draw_noise(1, gamma, vocab, torch.device("cpu"))
+    if verify == "reference":
+        out, n = verify_sampling_reference(target, tokens, draft, uniforms, gumbels)
+    else:
+        out, n = verify_triton(target, tokens, draft, uniforms, gumbels, block_size=16, num_splits=2)
+    assert n.item() == 0 and 7 <= out[0, 0].item() < 10

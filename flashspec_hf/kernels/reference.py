@@ -5,7 +5,8 @@ Vocabulary (one speculative step of one row, γ = ``num_assistant_tokens``):
 - *draft tokens* ``x_1..x_γ``: proposed by the assistant, sampled from its processed distribution ``q_i``.
 - *accepted tokens*: the longest prefix of the draft tokens that passes verification.
 - *recovered token*: drawn from the residual distribution ``norm(max(0, p_k - q_k))`` at the first rejected
-  position ``k`` (sampling), or the target's argmax there (greedy).
+  position ``k`` (sampling; from ``p_k`` if rounding left the residual empty), or the target's argmax there
+  (greedy).
 - *bonus token*: drawn from the target's ``p_{γ+1}`` when all γ draft tokens are accepted.
 - *output tokens*: accepted tokens followed by exactly one recovered or bonus token; the rest of the
   ``[γ + 1]`` row is :data:`PLACEHOLDER_TOKEN_ID`.
@@ -89,6 +90,8 @@ def verify_sampling_reference(
     # Sampling distribution at every position: the residual max(0, p - q) for i < γ, p itself for the bonus.
     residual = (log_p[:, :-1].exp() - log_q.exp()).clamp_min(0.0)  # [B, γ, V]
     log_r = torch.cat([residual.log(), log_p[:, -1:]], dim=1)  # [B, γ+1, V]
+    # p = q up to rounding leaves no residual mass (a rejection then has probability ~1e-7): sample from p
+    log_r = torch.where(torch.isinf(log_r).all(dim=-1, keepdim=True), log_p, log_r)
     samples = (log_r + gumbels.unsqueeze(1)).argmax(dim=-1)  # [B, γ+1]
     return _assemble(draft_tokens, accepted, samples)
 

@@ -86,16 +86,17 @@ def verify_triton(
         _vocab_stats_kernel[(batch_size * gamma, num_splits)](
             draft_logits, d_max, d_sum, gamma, vocab_size, *draft_logits.stride()[:2], chunk, GREEDY=False, **meta
         )
-        win_val = torch.empty(batch_size, num_splits, dtype=torch.float32, device=device)  # [B, NSPLIT]
-        win_idx = torch.empty(batch_size, num_splits, dtype=torch.int32, device=device)  # [B, NSPLIT]
+        # per chunk, the race winner over the residual and over p (fallback when the residual is empty)
+        win_val = torch.empty(2, batch_size, num_splits, dtype=torch.float32, device=device)  # [2, B, NSPLIT]
+        win_idx = torch.empty(2, batch_size, num_splits, dtype=torch.int32, device=device)  # [2, B, NSPLIT]
         _sample_kernel[(batch_size, num_splits)](
             target_logits, draft_logits, draft_tokens, uniforms.contiguous(), gumbels.contiguous(),
             t_max, t_aux, d_max, d_sum, win_val, win_idx, num_accepted,
-            gamma, vocab_size, *target_logits.stride()[:2], *draft_logits.stride()[:2], chunk,
+            gamma, batch_size, vocab_size, *target_logits.stride()[:2], *draft_logits.stride()[:2], chunk,
             GAMMA_BLOCK=gamma_block, SPLIT_BLOCK=split_block, **meta,
         )
     _finalize_kernel[(batch_size,)](
-        draft_tokens, t_max, t_aux, win_val, win_idx, out, num_accepted, gamma,
+        draft_tokens, t_max, t_aux, win_val, win_idx, out, num_accepted, gamma, batch_size,
         NSPLIT=num_splits, GAMMA_BLOCK=gamma_block, SPLIT_BLOCK=split_block, GREEDY=greedy,
         PLACEHOLDER=PLACEHOLDER_TOKEN_ID,
     )
@@ -185,10 +186,11 @@ def _sample_kernel(
     t_sum_ptr,  # [B*(γ+1), NSPLIT]
     d_max_ptr,  # [B*γ, NSPLIT]
     d_sum_ptr,  # [B*γ, NSPLIT]
-    win_val_ptr,  # [B, NSPLIT] float32 best race value per chunk
-    win_idx_ptr,  # [B, NSPLIT] int32 its column
+    win_val_ptr,  # [2, B, NSPLIT] float32 best race value per chunk: over the residual, over p
+    win_idx_ptr,  # [2, B, NSPLIT] int32 its column
     num_accepted_ptr,  # [B] int64
     gamma,
+    B,
     V,
     t_stride_b,
     t_stride_p,
@@ -221,8 +223,10 @@ def _sample_kernel(
     draft_vocab = tl.where(is_bonus, 0, V)  # no draft row at the bonus position: q = 0
     lanes = tl.arange(0, BLOCK)
     start = split * chunk
-    best = tl.full([BLOCK], float("-inf"), tl.float32)
+    best = tl.full([BLOCK], float("-inf"), tl.float32)  # race over the residual (p at the bonus position)
     best_idx = start + lanes
+    best_p = tl.full([BLOCK], float("-inf"), tl.float32)  # race over p: used if the residual is empty
+    best_p_idx = start + lanes
     for off in range(start, start + chunk, BLOCK):
         cols = off + lanes
         in_vocab = cols < V
@@ -230,13 +234,22 @@ def _sample_kernel(
         lq = tl.load(d_base + k * d_stride_p + cols, mask=cols < draft_vocab, other=float("-inf"))
         residual = tl.exp(lp) - tl.exp(lq.to(tl.float32) - d_lse_k)
         log_r = tl.where(is_bonus, lp, tl.where(residual > 0.0, tl.log(residual), float("-inf")))
-        race = log_r + tl.load(gumbels_ptr + b.to(tl.int64) * V + cols, mask=in_vocab, other=float("-inf"))
+        gumbel = tl.load(gumbels_ptr + b.to(tl.int64) * V + cols, mask=in_vocab, other=float("-inf"))
+        race = log_r + gumbel
         better = race > best
         best_idx = tl.where(better, cols, best_idx)
         best = tl.where(better, race, best)
+        race_p = lp + gumbel
+        better_p = race_p > best_p
+        best_p_idx = tl.where(better_p, cols, best_p_idx)
+        best_p = tl.where(better_p, race_p, best_p)
+    slot = b * NSPLIT + split
     m = tl.max(best, axis=0)
-    tl.store(win_val_ptr + b * NSPLIT + split, m)
-    tl.store(win_idx_ptr + b * NSPLIT + split, tl.min(tl.where(best == m, best_idx, 2147483647), axis=0))
+    tl.store(win_val_ptr + slot, m)
+    tl.store(win_idx_ptr + slot, tl.min(tl.where(best == m, best_idx, 2147483647), axis=0))
+    m_p = tl.max(best_p, axis=0)
+    tl.store(win_val_ptr + B * NSPLIT + slot, m_p)
+    tl.store(win_idx_ptr + B * NSPLIT + slot, tl.min(tl.where(best_p == m_p, best_p_idx, 2147483647), axis=0))
     if split == 0:
         tl.store(num_accepted_ptr + b, k.to(tl.int64))
 
@@ -246,11 +259,12 @@ def _finalize_kernel(
     draft_tokens_ptr,  # [B, γ] int64
     t_max_ptr,  # [B*(γ+1), NSPLIT] float32 (greedy: per-chunk max)
     t_arg_ptr,  # [B*(γ+1), NSPLIT] int32 (greedy: per-chunk argmax)
-    win_val_ptr,  # [B, NSPLIT] float32 (sampling)
-    win_idx_ptr,  # [B, NSPLIT] int32 (sampling)
+    win_val_ptr,  # [2, B, NSPLIT] float32 (sampling)
+    win_idx_ptr,  # [2, B, NSPLIT] int32 (sampling)
     out_ptr,  # [B, γ+1] int64
     num_accepted_ptr,  # [B] int64: written (greedy) or read (sampling)
     gamma,
+    B,
     NSPLIT: tl.constexpr,
     GAMMA_BLOCK: tl.constexpr,
     SPLIT_BLOCK: tl.constexpr,
@@ -275,6 +289,12 @@ def _finalize_kernel(
     else:
         pv = tl.load(win_val_ptr + b * NSPLIT + s, mask=s < NSPLIT, other=float("-inf"))
         pi = tl.load(win_idx_ptr + b * NSPLIT + s, mask=s < NSPLIT, other=2147483647)
+        pv_p = tl.load(win_val_ptr + (B + b) * NSPLIT + s, mask=s < NSPLIT, other=float("-inf"))
+        pi_p = tl.load(win_idx_ptr + (B + b) * NSPLIT + s, mask=s < NSPLIT, other=2147483647)
+        m = tl.max(pv, axis=0)
+        residual_empty = m == float("-inf")
+        pv = tl.where(residual_empty, pv_p, pv)
+        pi = tl.where(residual_empty, pi_p, pi)
         extra = tl.min(tl.where(pv == tl.max(pv, axis=0), pi, 2147483647), axis=0).to(tl.int64)
         k = tl.load(num_accepted_ptr + b).to(tl.int32)
     row = tl.where(g < k, x, tl.where(g == k, extra, PLACEHOLDER))
