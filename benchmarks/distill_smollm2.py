@@ -1,0 +1,79 @@
+"""Distil the chat / code / general assistants of SmolLM2-135M-Instruct on a GPU and measure them.
+
+Run on the device by benchmarks/gpu_distill.sh (the GGUF, the gguf wheel and the corpus built by
+benchmarks/build_distill_corpus.py travel in .carry). Writes to $OUT: each assistant's compact weights, a tar of
+their configs and training records, and results.json (acceptance per assistant per domain, speed vs plain).
+"""
+
+import gzip
+import json
+import os
+import shutil
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import torch
+import transformers
+
+import flashspec_hf  # noqa: F401
+from flashspec_hf.distill import distill, load_compact, target_continuations
+from flashspec_hf.evaluation import acceptance, compare_on_prompts, summarize
+from flashspec_hf.models import early_exit_assistants, load_target
+
+STEPS = int(os.environ.get("DISTILL_STEPS", 2000))
+out = Path(os.environ["OUT"])
+corpus = json.load(gzip.open(sys.argv[1], "rt"))
+results = {
+    "gpu": torch.cuda.get_device_name(),
+    "torch": torch.__version__,
+    "transformers": transformers.__version__,
+    "date": time.strftime("%Y-%m-%d"),
+    "steps": STEPS,
+}
+
+
+def save():
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+
+
+target, tokenizer = load_target(dtype=torch.bfloat16, device="cuda")
+t0 = time.time()
+generated = {d: target_continuations(target, tokenizer, corpus[d]["prompts"][:1000], batch_size=128) for d in ("chat", "code")}
+results["continuations_seconds"] = round(time.time() - t0, 1)
+texts = {d: corpus[d]["texts"] + generated[d] for d in ("chat", "code")}
+texts["general"] = texts["chat"][::2] + texts["code"][::2]
+data = {"chat": "chitchat-dataset conversations [1000, 3000) + 1,000 target continuations",
+        "code": "2,000 Python files of site-packages + 1,000 target continuations",
+        "general": "half of the chat and half of the code corpus"}
+drafts = {}
+for name in ("chat", "code", "general"):
+    folder = Path(f"/tmp/drafts/smollm2-{name}")
+    distill(target, tokenizer, texts[name], folder, num_layers=1, steps=STEPS, batch_size=32, seq_len=256,
+            lr=1e-3, top_k=64, progress=False,
+            card={"name": f"smollm2-{name}", "domain": name, "data": data[name], "base_model": "SmolLM2-135M-Instruct"})
+    shutil.copy(folder / "compact" / "model.safetensors", out / f"smollm2-{name}.safetensors")
+    results.setdefault("training", {})[name] = json.loads((folder / "training.json").read_text())
+    drafts[name] = load_compact(folder / "compact", target, name=f"smollm2-{name}")
+    save()
+with tarfile.open(out / "meta.tar", "w") as tar:
+    for name in drafts:
+        tar.add(f"/tmp/drafts/smollm2-{name}/compact/config.json", f"smollm2-{name}/config.json")
+        tar.add(f"/tmp/drafts/smollm2-{name}/training.json", f"smollm2-{name}/training.json")
+
+pool = {**drafts, "first8": early_exit_assistants(target, (8,))[0]}
+results["acceptance"] = {
+    name: {domain: acceptance(target, tokenizer, model, prompts, num_assistant_tokens=4, max_new_tokens=64)
+           for domain, prompts in corpus["eval"].items()}
+    for name, model in pool.items()
+}
+save()
+rows = [{"prompt": p, "domain": d} for d, ps in corpus["eval"].items() for p in ps[:8]]
+for selector in ("thompson", "ucb1"):
+    per_prompt = compare_on_prompts(target, tokenizer, list(drafts.values()), rows, progress=False,
+                                    max_new_tokens=64, do_sample=False, num_assistant_tokens=4, selector=selector)
+    results[f"speed_{selector}"] = summarize(per_prompt)
+    results[f"divergences_{selector}"] = [p["divergence"] for p in per_prompt if p["divergence"]]
+    save()
+print(json.dumps({k: v for k, v in results.items() if k != "training"}, indent=1))

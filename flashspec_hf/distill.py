@@ -1,0 +1,278 @@
+"""Distil a small assistant (draft) for a target by matching the target's next-token distributions.
+
+The draft keeps the target's architecture, embeddings, final norm and LM head and only ``num_layers`` decoder
+layers (initialised from the target's first ones). The embeddings and head stay frozen: the draft shares them with
+the target at run time (:func:`load_compact`), so it adds ``num_layers`` layers of weights and costs ``num_layers``
+layers plus the head per drafted token.
+
+Loss: cross-entropy of the draft against the target's distribution restricted to its top-``k`` tokens
+(renormalised): ``-Σ_{v ∈ top-k(p)} p̃(v) log q(v)``. It equals the forward KL ``KL(p̃ ‖ q)`` up to a constant,
+and the forward KL is what drives acceptance (α = 1 - TV(p, q), Leviathan et al. 2023, Thm 3.5; DistillSpec,
+Zhou et al. 2024). Optionally the training text is extended with the target's own continuations of prompts, so
+that the draft learns the target where it is decoded.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+SHARED = ("model.embed_tokens.weight", "lm_head.weight")
+"""Tensors a compact draft takes from its target."""
+
+
+def make_draft(target: PreTrainedModel, num_layers: int) -> PreTrainedModel:
+    """A trainable copy of the target's first ``num_layers`` layers, final norm, embeddings and head.
+
+    Raises:
+        ValueError: ``num_layers`` not in ``[1, target layers)``.
+    """
+    total = target.config.num_hidden_layers
+    if not 0 < num_layers < total:
+        raise ValueError(f"num_layers must be in [1, {total - 1}], got {num_layers}")
+    config = copy.deepcopy(target.config)
+    config.num_hidden_layers = num_layers
+    if getattr(config, "layer_types", None):
+        config.layer_types = config.layer_types[:num_layers]
+    draft = type(target)(config).to(device=target.device, dtype=torch.float32)
+    draft.load_state_dict(target.state_dict(), strict=False)  # the keys of the first layers match
+    draft.generation_config = copy.deepcopy(target.generation_config)
+    for name, param in draft.named_parameters():
+        param.requires_grad = name not in SHARED and not name.endswith("embed_tokens.weight")
+    return draft
+
+
+def pack(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], seq_len: int) -> torch.Tensor:
+    """Tokenise ``texts``, join them with EOS and cut the stream into int64 ``[N, seq_len]`` blocks."""
+    eos = tokenizer.eos_token_id
+    stream = []
+    for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]:
+        stream.extend(ids + [eos])
+    blocks = len(stream) // seq_len
+    return torch.tensor(stream[: blocks * seq_len], dtype=torch.long).view(blocks, seq_len)
+
+
+@torch.no_grad()
+def target_continuations(
+    target: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    max_new_tokens: int = 96,
+    batch_size: int = 64,
+    temperature: float = 0.7,
+) -> list[str]:
+    """Each prompt followed by the target's own sampled continuation (text), for distillation."""
+    out = []
+    for i in range(0, len(prompts), batch_size):
+        batch = tokenizer(list(prompts[i : i + batch_size]), return_tensors="pt", padding=True).to(target.device)
+        ids = target.generate(**batch, max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature)
+        out.extend(tokenizer.batch_decode(ids, skip_special_tokens=False))
+    pad = tokenizer.pad_token or ""
+    return [t.replace(pad, "") if pad and pad != tokenizer.eos_token else t for t in out]
+
+
+def distill(
+    target: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    texts,
+    output_dir: str | Path,
+    *,
+    text_column: str = "text",
+    num_layers: int = 1,
+    seq_len: int = 256,
+    batch_size: int = 32,
+    steps: int = 1000,
+    lr: float = 1e-3,
+    top_k: int = 64,
+    checkpoint_every: int = 250,
+    seed: int = 0,
+    progress: bool = True,
+    card: dict | None = None,
+) -> Path:
+    """Train a draft for ``target`` on ``texts`` and write a ``from_pretrained`` folder with its model card.
+
+    Args:
+        target: the model to imitate (frozen; bf16 autocast on CUDA).
+        tokenizer: the target's tokenizer (saved with the draft).
+        texts: a ``datasets.Dataset`` with a ``text_column`` of strings, or a list of strings.
+        output_dir: where ``config.json``, ``model.safetensors``, the tokenizer, ``README.md`` (model card),
+            ``compact/`` (the draft's own weights only, see :func:`save_compact`) and ``training.json`` go.
+            A ``checkpoint.pt`` there (every ``checkpoint_every`` steps) resumes an interrupted run.
+        num_layers: decoder layers of the draft.
+        seq_len, batch_size: tokens per training block, blocks per step.
+        steps: optimiser steps (AdamW, cosine schedule, 3% warm-up).
+        top_k: target tokens per position kept for the loss.
+        card: extra fields for the model card (``name``, ``domain``, ``data``, ``base_model``).
+
+    Returns:
+        ``output_dir``.
+
+    Raises:
+        ValueError: no text, or fewer tokens than one batch.
+    """
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    texts = list(texts[text_column]) if hasattr(texts, "column_names") else list(texts)
+    if not texts:
+        raise ValueError("distill needs text: the dataset is empty")
+    torch.manual_seed(seed)
+    blocks = pack(tokenizer, texts, seq_len)  # [N, seq_len]
+    if len(blocks) < batch_size:
+        raise ValueError(f"{len(blocks)} blocks of {seq_len} tokens is less than one batch of {batch_size}")
+    device = target.device
+    target.eval()
+    draft = make_draft(target, num_layers).train()
+    params = [p for p in draft.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
+    warmup = max(1, steps * 3 // 100)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
+    )
+    start, losses, started = _resume(output_dir / "checkpoint.pt", draft, optimizer, schedule), [], time.time()
+    order = torch.randperm(len(blocks), generator=torch.Generator().manual_seed(seed))
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+    bar = tqdm(range(start, steps), desc="distill", disable=not progress, initial=start, total=steps)
+    for step in bar:
+        pick = order[(torch.arange(batch_size) + step * batch_size) % len(blocks)]
+        ids = blocks[pick].to(device)  # [batch, seq_len]
+        with torch.no_grad(), autocast:
+            teacher = target(ids).logits.float()  # [batch, seq_len, V]
+        top_p, top_i = teacher.topk(top_k, dim=-1)  # [batch, seq_len, k]
+        top_p = top_p.softmax(dim=-1)
+        del teacher
+        with autocast:
+            student = draft(ids).logits.float()  # [batch, seq_len, V]
+        loss = -(top_p * student.log_softmax(dim=-1).gather(-1, top_i)).sum(-1).mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        schedule.step()
+        losses.append(loss.item())
+        bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.3f}")
+        if (step + 1) % checkpoint_every == 0 or step + 1 == steps:
+            _checkpoint(output_dir / "checkpoint.pt", draft, optimizer, schedule, step + 1)
+    draft.eval()
+    info = {
+        "steps": steps,
+        "tokens_seen": steps * batch_size * seq_len,
+        "training_blocks": len(blocks),
+        "seconds": round(time.time() - started, 1),
+        "final_loss": sum(losses[-50:]) / max(len(losses[-50:]), 1) if losses else None,
+        "num_layers": num_layers,
+        "top_k": top_k,
+        "lr": lr,
+        "batch_size": batch_size,
+        "seq_len": seq_len,
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
+        **(card or {}),
+    }
+    draft.save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    save_compact(draft, output_dir / "compact")
+    (output_dir / "training.json").write_text(json.dumps(info, indent=1))
+    return output_dir
+
+
+def save_compact(draft: PreTrainedModel, folder: str | Path) -> Path:
+    """The draft's own weights (fp16 safetensors, without the target's embeddings and head) and its config."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    own = {k: v.detach().to("cpu", torch.float16).contiguous() for k, v in draft.state_dict().items() if k not in SHARED}
+    save_file(own, folder / "model.safetensors")
+    draft.config.to_json_file(folder / "config.json")
+    return folder
+
+
+def load_compact(folder: str | Path, target: PreTrainedModel, name: str | None = None) -> PreTrainedModel:
+    """A compact draft on the target's device and dtype, sharing the target's embeddings and LM head (no copy).
+
+    Raises:
+        ValueError: the draft was trained for a target with other dimensions.
+    """
+    folder = Path(folder)
+    config = type(target.config).from_json_file(folder / "config.json")
+    if config.hidden_size != target.config.hidden_size or config.vocab_size != target.config.vocab_size:
+        raise ValueError(f"{folder} was distilled for another target (hidden/vocab sizes differ)")
+    config.name_or_path = name or folder.name
+    with torch.device("meta"):
+        draft = type(target)(config)
+    weights = load_file(folder / "model.safetensors")
+    draft.load_state_dict(weights, strict=False, assign=True)
+    draft.model.embed_tokens = target.model.embed_tokens
+    draft.lm_head = target.lm_head
+    draft.model.rotary_emb = target.model.rotary_emb
+    draft.generation_config = copy.deepcopy(target.generation_config)
+    return draft.to(device=target.device, dtype=target.dtype).eval()
+
+
+def _checkpoint(path: Path, draft, optimizer, schedule, step: int) -> None:
+    trainable = {k: v for k, v in draft.state_dict().items() if k not in SHARED}
+    tmp = path.with_suffix(".tmp")
+    torch.save({"step": step, "draft": trainable, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict()}, tmp)
+    tmp.replace(path)
+
+
+def _resume(path: Path, draft, optimizer, schedule) -> int:
+    if not path.exists():
+        return 0
+    state = torch.load(path, map_location=draft.device)
+    draft.load_state_dict(state["draft"], strict=False)
+    optimizer.load_state_dict(state["optimizer"])
+    schedule.load_state_dict(state["schedule"])
+    return state["step"]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``flashspec-distill``: distil a draft for the bundled SmolLM2 target (or ``--model``) on a domain corpus
+    (``chat``, ``code``, ``general``) or on a JSONL/CSV/parquet file's text column."""
+    import argparse
+
+    from .data import distill_corpus
+    from .models import load_target
+
+    p = argparse.ArgumentParser(prog="flashspec-distill", description=main.__doc__)
+    p.add_argument("--domain", choices=["chat", "code", "general"], help="built-in corpus")
+    p.add_argument("--data-files", help="local json/jsonl/csv/parquet file(s) loaded with datasets.load_dataset")
+    p.add_argument("--text-column", default="text")
+    p.add_argument("--output", required=True, help="folder to write (resumes from its checkpoint.pt)")
+    p.add_argument("--model", help="target hub name or folder (default: the bundled SmolLM2-135M-Instruct)")
+    p.add_argument("--num-layers", type=int, default=1)
+    p.add_argument("--steps", type=int, default=1500)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--top-k", type=int, default=64)
+    p.add_argument("--num-texts", type=int, default=2000, help="built-in corpus size (documents)")
+    p.add_argument("--self-generated", type=int, default=1000, help="prompts continued by the target and added")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = p.parse_args(argv)
+    if (args.domain is None) == (args.data_files is None):
+        p.error("give exactly one of --domain and --data-files")
+    target, tokenizer = load_target(args.model, device=args.device)
+    if args.domain:
+        texts, prompts = distill_corpus(args.domain, tokenizer, args.num_texts)
+        data_name = {"chat": "chitchat-dataset", "code": "site-packages Python sources"}.get(args.domain, "both")
+    else:
+        from datasets import load_dataset
+
+        texts = load_dataset(args.data_files.rsplit(".", 1)[-1].replace("jsonl", "json"), data_files=args.data_files,
+                             split="train")[args.text_column]
+        prompts, data_name = [t[:400] for t in texts], args.data_files
+    if args.self_generated:
+        texts = list(texts) + target_continuations(target, tokenizer, prompts[: args.self_generated])
+    card = {"name": Path(args.output).name, "domain": args.domain or "custom", "data": data_name,
+            "base_model": str(target.config.name_or_path)}
+    distill(target, tokenizer, texts, args.output, num_layers=args.num_layers, seq_len=args.seq_len,
+            batch_size=args.batch_size, steps=args.steps, lr=args.lr, top_k=args.top_k, card=card)
+    print(f"wrote {args.output}")

@@ -1,0 +1,50 @@
+"""Distillation on CPU with tiny models: trains, resumes, writes a from_pretrained folder and a compact draft."""
+
+import torch
+from transformers import AutoModelForCausalLM
+
+from flashspec_hf.distill import distill, load_compact, make_draft, pack
+from flashspec_hf.evaluation import acceptance
+
+from .conftest import tiny_llama
+from .test_integration import tokenizer  # noqa: F401  (the word-level tokenizer fixture)
+
+TEXTS = [" ".join(f"w{(i * 7 + j * 3) % 90 + 3}" for j in range(40)) for i in range(60)]
+
+
+def test_make_draft_copies_the_first_layers():
+    target = tiny_llama(layers=3, seed=0)
+    draft = make_draft(target, 2)
+    assert torch.equal(draft.model.layers[1].mlp.up_proj.weight, target.model.layers[1].mlp.up_proj.weight)
+    assert not draft.lm_head.weight.requires_grad and draft.model.layers[0].self_attn.q_proj.weight.requires_grad
+
+
+def test_distill_trains_resumes_and_loads(tmp_path, tokenizer):  # noqa: F811
+    target = tiny_llama(layers=3, seed=0, peak=4.0)
+    assert pack(tokenizer, TEXTS, 16).shape[1] == 16
+    out = distill(target, tokenizer, TEXTS, tmp_path / "d", num_layers=1, seq_len=16, batch_size=8, steps=6,
+                  checkpoint_every=3, progress=False, card={"name": "d"})
+    assert torch.load(out / "checkpoint.pt")["step"] == 6
+    full = AutoModelForCausalLM.from_pretrained(out)
+    assert full.config.num_hidden_layers == 1
+    compact = load_compact(out / "compact", target)
+    assert compact.lm_head is target.lm_head
+    torch.testing.assert_close(compact.model.layers[0].mlp.up_proj.weight, full.model.layers[0].mlp.up_proj.weight,
+                               atol=1e-3, rtol=1e-3)  # fp16 storage
+    # a finished run resumes to the end without training again
+    again = distill(target, tokenizer, TEXTS, tmp_path / "d", num_layers=1, seq_len=16, batch_size=8, steps=6,
+                    progress=False)
+    assert again == out
+    stats = acceptance(target, tokenizer, compact, ["w5 w8 w11", "w40 w43"], max_new_tokens=8)
+    assert stats["tau"] >= 1.0 and 0.0 <= stats["alpha"] <= 1.0
+
+
+def test_distillation_raises_acceptance(tmp_path, tokenizer):  # noqa: F811
+    """A draft trained on the target's own text must agree with it more than the untrained early exit."""
+    target = tiny_llama(layers=3, seed=0, peak=4.0)
+    prompts = ["w5 w8 w11", "w40 w43", "w60 w63 w66 w69"]
+    before = acceptance(target, tokenizer, make_draft(target, 1).eval(), prompts, max_new_tokens=16)
+    out = distill(target, tokenizer, TEXTS, tmp_path / "d", num_layers=1, seq_len=16, batch_size=16, steps=150,
+                  lr=3e-3, progress=False)
+    after = acceptance(target, tokenizer, load_compact(out / "compact", target), prompts, max_new_tokens=16)
+    assert after["alpha"] > before["alpha"]
