@@ -23,10 +23,13 @@ from flashspec_hf.evaluation import acceptance, compare_on_prompts, summarize
 from flashspec_hf.models import early_exit_assistants, load_target
 
 STEPS = int(os.environ.get("DISTILL_STEPS", 2000))
+CONTINUED = int(os.environ.get("CONTINUED", 1000))  # prompts per domain continued by the target
+EVAL = int(os.environ.get("EVAL", 24))  # held-out prompts per domain for acceptance (8 of them for speed)
+DEVICE = os.environ.get("DEVICE", "cuda")
 out = Path(os.environ["OUT"])
 corpus = json.load(gzip.open(sys.argv[1], "rt"))
 results = {
-    "gpu": torch.cuda.get_device_name(),
+    "gpu": torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE,
     "torch": torch.__version__,
     "transformers": transformers.__version__,
     "date": time.strftime("%Y-%m-%d"),
@@ -38,9 +41,9 @@ def save():
     (out / "results.json").write_text(json.dumps(results, indent=1))
 
 
-target, tokenizer = load_target(dtype=torch.bfloat16, device="cuda")
+target, tokenizer = load_target(dtype=torch.bfloat16, device=DEVICE)
 t0 = time.time()
-generated = {d: target_continuations(target, tokenizer, corpus[d]["prompts"][:1000], batch_size=128) for d in ("chat", "code")}
+generated = {d: target_continuations(target, tokenizer, corpus[d]["prompts"][:CONTINUED], batch_size=128) for d in ("chat", "code")}
 results["continuations_seconds"] = round(time.time() - t0, 1)
 texts = {d: corpus[d]["texts"] + generated[d] for d in ("chat", "code")}
 texts["general"] = texts["chat"][::2] + texts["code"][::2]
@@ -64,12 +67,12 @@ with tarfile.open(out / "meta.tar", "w") as tar:
 
 pool = {**drafts, "first8": early_exit_assistants(target, (8,))[0]}
 results["acceptance"] = {
-    name: {domain: acceptance(target, tokenizer, model, prompts, num_assistant_tokens=4, max_new_tokens=64)
+    name: {domain: acceptance(target, tokenizer, model, prompts[:EVAL], num_assistant_tokens=4, max_new_tokens=64)
            for domain, prompts in corpus["eval"].items()}
     for name, model in pool.items()
 }
 save()
-rows = [{"prompt": p, "domain": d} for d, ps in corpus["eval"].items() for p in ps[:8]]
+rows = [{"prompt": p, "domain": d} for d, ps in corpus["eval"].items() for p in ps[: min(8, EVAL)]]
 for selector in ("thompson", "ucb1"):
     per_prompt = compare_on_prompts(target, tokenizer, list(drafts.values()), rows, progress=False,
                                     max_new_tokens=64, do_sample=False, num_assistant_tokens=4, selector=selector)

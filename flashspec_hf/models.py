@@ -80,8 +80,29 @@ def load_target(
     path = smollm2_folder() if name_or_path is None else name_or_path
     tokenizer = AutoTokenizer.from_pretrained(path)
     tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:  # older transformers read no pad token from the GGUF
+        tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
     return model, tokenizer
+
+
+BUNDLED_ASSISTANTS = ("smollm2-chat", "smollm2-code", "smollm2-general")
+"""Distilled one-layer drafts for SmolLM2-135M-Instruct shipped in ``flashspec_hf/assistants/`` (see model_cards/)."""
+
+
+def distilled_assistants(target: PreTrainedModel, names: tuple[str, ...] = BUNDLED_ASSISTANTS) -> list[PreTrainedModel]:
+    """The bundled distilled drafts, sharing the target's embeddings and LM head (7 MB of own weights each).
+
+    Raises:
+        ValueError: an unknown name, or a target with other dimensions than SmolLM2-135M.
+    """
+    from .distill import load_compact
+
+    root = Path(__file__).parent / "assistants"
+    unknown = [n for n in names if not (root / n / "config.json").exists()]
+    if unknown:
+        raise ValueError(f"no bundled assistant {unknown}; choose from {list(BUNDLED_ASSISTANTS)}")
+    return [load_compact(root / name, target, name=name) for name in names]
 
 
 def early_exit_assistants(target: PreTrainedModel, depths: tuple[int, ...] = (2, 4, 8)) -> list[PreTrainedModel]:
