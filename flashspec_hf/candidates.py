@@ -69,7 +69,8 @@ class MultiAssistantCandidateGenerator(CandidateGenerator):
         scores = []
         for _ in range(self.gamma):
             logits = cache.forward(self.columns, drafts, logits_to_keep=1)  # [B, 1, V_draft]
-            q = self.process(_fit_vocab(logits, self.vocab_size).to(input_ids.device), drafts)  # [B, 1, V]
+            logits = _fit_vocab(logits, self.vocab_size, getattr(cache.model, "draft_vocab_ids", None))
+            q = self.process(logits.to(input_ids.device), drafts)  # [B, 1, V]
             if self.do_sample:
                 token = torch.multinomial(q[:, 0].softmax(dim=-1), num_samples=1)  # [B, 1]
             else:
@@ -88,8 +89,15 @@ class MultiAssistantCandidateGenerator(CandidateGenerator):
         self.caches[self.arm].crop(length)
 
 
-def _fit_vocab(logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """``[..., V_draft]`` -> ``[..., V]``: extra entries dropped, missing ones ``-inf`` (probability 0)."""
+def _fit_vocab(logits: torch.Tensor, vocab_size: int, token_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """Draft logits on the target's vocabulary, ``[..., V]``; tokens the draft cannot propose get ``-inf``.
+
+    ``logits`` ``[..., V_draft]`` with entry ``i`` for token ``i`` (extra entries dropped, missing ones ``-inf``),
+    or ``[..., S]`` with entry ``i`` for token ``token_ids[i]`` (a reduced draft head).
+    """
+    if token_ids is not None:
+        full = logits.new_full((*logits.shape[:-1], vocab_size), float("-inf"))  # [..., V]
+        return full.scatter_(-1, token_ids.expand(*logits.shape[:-1], -1), logits)
     extra = logits.shape[-1] - vocab_size
     if extra >= 0:
         return logits[..., :vocab_size]

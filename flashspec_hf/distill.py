@@ -184,18 +184,35 @@ def distill(
     return output_dir
 
 
-def save_compact(draft: PreTrainedModel, folder: str | Path) -> Path:
-    """The draft's own weights (fp16 safetensors, without the target's embeddings and head) and its config."""
+def frequent_tokens(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], num: int) -> torch.Tensor:
+    """The ``num`` most frequent token ids of ``texts`` plus the special tokens, int64 ``[<= num + specials]``,
+    ascending: the vocabulary of a draft head that skips rare tokens (FR-Spec, Zhao et al. 2025)."""
+    counts = torch.zeros(len(tokenizer), dtype=torch.long)
+    for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]:
+        counts += torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=len(counts))
+    keep = set(counts.topk(num).indices.tolist()) | set(tokenizer.all_special_ids)
+    return torch.tensor(sorted(keep), dtype=torch.long)
+
+
+def save_compact(draft: PreTrainedModel, folder: str | Path, vocab_ids: torch.Tensor | None = None) -> Path:
+    """The draft's own weights (fp16 safetensors, without the target's embeddings and head), its config, and
+    optionally the token ids ``[S]`` its head keeps (``vocab.safetensors``)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     own = {k: v.detach().to("cpu", torch.float16).contiguous() for k, v in draft.state_dict().items() if k not in SHARED}
     save_file(own, folder / "model.safetensors")
     draft.config.to_json_file(folder / "config.json")
+    if vocab_ids is not None:
+        save_file({"token_ids": vocab_ids.to(torch.long).contiguous()}, folder / "vocab.safetensors")
     return folder
 
 
 def load_compact(folder: str | Path, target: PreTrainedModel, name: str | None = None) -> PreTrainedModel:
-    """A compact draft on the target's device and dtype, sharing the target's embeddings and LM head (no copy).
+    """A compact draft on the target's device and dtype, sharing the target's embeddings (no copy).
+
+    Its LM head is the target's, or, with a ``vocab.safetensors``, the target's rows for those ``S`` tokens only
+    (``S / V`` of the head's cost per drafted token); the model then has a ``draft_vocab_ids`` int64 ``[S]``
+    attribute, its logits are ``[..., S]``, and the other tokens have draft probability 0.
 
     Raises:
         ValueError: the draft was trained for a target with other dimensions.
@@ -213,7 +230,14 @@ def load_compact(folder: str | Path, target: PreTrainedModel, name: str | None =
     draft.lm_head = target.lm_head
     draft.model.rotary_emb = target.model.rotary_emb
     draft.generation_config = copy.deepcopy(target.generation_config)
-    return draft.to(device=target.device, dtype=target.dtype).eval()
+    draft = draft.to(device=target.device, dtype=target.dtype).eval()
+    if (folder / "vocab.safetensors").exists():
+        ids = load_file(folder / "vocab.safetensors")["token_ids"].to(target.device)
+        head = nn.Linear(config.hidden_size, len(ids), bias=False, device=target.device, dtype=target.dtype)
+        head.weight.data = target.lm_head.weight.data[ids]  # [S, hidden]
+        draft.lm_head = head
+        draft.draft_vocab_ids = ids
+    return draft
 
 
 def _checkpoint(path: Path, draft, optimizer, schedule, step: int) -> None:
