@@ -31,11 +31,14 @@ SHARED = ("model.embed_tokens.weight", "lm_head.weight")
 """Tensors a compact draft takes from its target."""
 
 
-def make_draft(target: PreTrainedModel, num_layers: int) -> PreTrainedModel:
+def make_draft(target: PreTrainedModel, num_layers: int, intermediate_size: int | None = None) -> PreTrainedModel:
     """A trainable copy of the target's first ``num_layers`` layers, final norm, embeddings and head.
 
+    With ``intermediate_size`` below the target's, each MLP keeps its first ``intermediate_size`` hidden units
+    (rows of the gate/up projections, columns of the down projection) as the starting point.
+
     Raises:
-        ValueError: ``num_layers`` not in ``[1, target layers)``.
+        ValueError: ``num_layers`` not in ``[1, target layers)`` or ``intermediate_size`` above the target's.
     """
     total = target.config.num_hidden_layers
     if not 0 < num_layers < total:
@@ -44,12 +47,25 @@ def make_draft(target: PreTrainedModel, num_layers: int) -> PreTrainedModel:
     config.num_hidden_layers = num_layers
     if getattr(config, "layer_types", None):
         config.layer_types = config.layer_types[:num_layers]
+    width = intermediate_size or target.config.intermediate_size
+    if width > target.config.intermediate_size:
+        raise ValueError(f"intermediate_size {width} is above the target's {target.config.intermediate_size}")
+    config.intermediate_size = width
     draft = type(target)(config).to(device=target.device, dtype=torch.float32)
-    draft.load_state_dict(target.state_dict(), strict=False)  # the keys of the first layers match
+    state = {k: _slice_mlp(k, v, width) for k, v in target.state_dict().items()}
+    draft.load_state_dict(state, strict=False)  # the keys of the first layers match
     draft.generation_config = copy.deepcopy(target.generation_config)
     for name, param in draft.named_parameters():
         param.requires_grad = name not in SHARED and not name.endswith("embed_tokens.weight")
     return draft
+
+
+def _slice_mlp(name: str, weight: torch.Tensor, width: int) -> torch.Tensor:
+    if name.endswith(("mlp.gate_proj.weight", "mlp.up_proj.weight")):
+        return weight[:width]  # [width, hidden]
+    if name.endswith("mlp.down_proj.weight"):
+        return weight[:, :width]  # [hidden, width]
+    return weight
 
 
 def pack(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], seq_len: int) -> torch.Tensor:
@@ -69,13 +85,15 @@ def target_continuations(
     prompts: Sequence[str],
     max_new_tokens: int = 96,
     batch_size: int = 64,
-    temperature: float = 0.7,
+    temperature: float | None = 0.7,
 ) -> list[str]:
-    """Each prompt followed by the target's own sampled continuation (text), for distillation."""
+    """Each prompt followed by the target's own continuation (text), for distillation: sampled at
+    ``temperature``, or greedy when it is None."""
     out = []
     for i in range(0, len(prompts), batch_size):
         batch = tokenizer(list(prompts[i : i + batch_size]), return_tensors="pt", padding=True).to(target.device)
-        ids = target.generate(**batch, max_new_tokens=max_new_tokens, do_sample=True, temperature=temperature)
+        sampling = {"do_sample": True, "temperature": temperature} if temperature else {"do_sample": False}
+        ids = target.generate(**batch, max_new_tokens=max_new_tokens, **sampling)
         out.extend(tokenizer.batch_decode(ids, skip_special_tokens=False))
     pad = tokenizer.pad_token or ""
     return [t.replace(pad, "") if pad and pad != tokenizer.eos_token else t for t in out]
@@ -89,6 +107,8 @@ def distill(
     *,
     text_column: str = "text",
     num_layers: int = 1,
+    intermediate_size: int | None = None,
+    vocab_size: int | None = None,
     seq_len: int = 256,
     batch_size: int = 32,
     steps: int = 1000,
@@ -108,7 +128,9 @@ def distill(
         output_dir: where ``config.json``, ``model.safetensors``, the tokenizer, ``README.md`` (model card),
             ``compact/`` (the draft's own weights only, see :func:`save_compact`) and ``training.json`` go.
             A ``checkpoint.pt`` there (every ``checkpoint_every`` steps) resumes an interrupted run.
-        num_layers: decoder layers of the draft.
+        num_layers: decoder layers of the draft; ``intermediate_size``: its MLP width (default the target's).
+        vocab_size: if set, the draft head keeps only the ``vocab_size`` most frequent tokens of ``texts``
+            (:func:`frequent_tokens`; stored in ``compact/vocab.safetensors``).
         seq_len, batch_size: tokens per training block, blocks per step.
         steps: optimiser steps (AdamW, cosine schedule, 3% warm-up).
         top_k: target tokens per position kept for the loss.
@@ -131,7 +153,7 @@ def distill(
         raise ValueError(f"{len(blocks)} blocks of {seq_len} tokens is less than one batch of {batch_size}")
     device = target.device
     target.eval()
-    draft = make_draft(target, num_layers).train()
+    draft = make_draft(target, num_layers, intermediate_size).train()
     params = [p for p in draft.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
     warmup = max(1, steps * 3 // 100)
@@ -163,6 +185,7 @@ def distill(
         if (step + 1) % checkpoint_every == 0 or step + 1 == steps:
             _checkpoint(output_dir / "checkpoint.pt", draft, optimizer, schedule, step + 1)
     draft.eval()
+    vocab_ids = frequent_tokens(tokenizer, texts, vocab_size) if vocab_size else None
     info = {
         "steps": steps,
         "tokens_seen": steps * batch_size * seq_len,
@@ -170,6 +193,8 @@ def distill(
         "seconds": round(time.time() - started, 1),
         "final_loss": sum(losses[-50:]) / max(len(losses[-50:]), 1) if losses else None,
         "num_layers": num_layers,
+        "intermediate_size": draft.config.intermediate_size,
+        "draft_vocab": len(vocab_ids) if vocab_ids is not None else None,
         "top_k": top_k,
         "lr": lr,
         "batch_size": batch_size,
@@ -179,7 +204,7 @@ def distill(
     }
     draft.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
-    save_compact(draft, output_dir / "compact")
+    save_compact(draft, output_dir / "compact", vocab_ids)
     (output_dir / "training.json").write_text(json.dumps(info, indent=1))
     return output_dir
 
@@ -271,7 +296,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--text-column", default="text")
     p.add_argument("--output", required=True, help="folder to write (resumes from its checkpoint.pt)")
     p.add_argument("--model", help="target hub name or folder (default: the bundled SmolLM2-135M-Instruct)")
-    p.add_argument("--num-layers", type=int, default=1)
+    p.add_argument("--num-layers", type=int, default=2)
+    p.add_argument("--intermediate-size", type=int, default=768, help="MLP width of the draft layers")
+    p.add_argument("--draft-vocab", type=int, default=8192, help="frequent tokens the draft head keeps (0: all)")
     p.add_argument("--steps", type=int, default=1500)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--seq-len", type=int, default=256)
@@ -294,9 +321,10 @@ def main(argv: list[str] | None = None) -> None:
                              split="train")[args.text_column]
         prompts, data_name = [t[:400] for t in texts], args.data_files
     if args.self_generated:
-        texts = list(texts) + target_continuations(target, tokenizer, prompts[: args.self_generated])
+        texts = list(texts) + target_continuations(target, tokenizer, prompts[: args.self_generated], temperature=None)
     card = {"name": Path(args.output).name, "domain": args.domain or "custom", "data": data_name,
             "base_model": str(target.config.name_or_path)}
     distill(target, tokenizer, texts, args.output, num_layers=args.num_layers, seq_len=args.seq_len,
+            intermediate_size=args.intermediate_size, vocab_size=args.draft_vocab or None,
             batch_size=args.batch_size, steps=args.steps, lr=args.lr, top_k=args.top_k, card=card)
     print(f"wrote {args.output}")
