@@ -48,3 +48,21 @@ def test_distillation_raises_acceptance(tmp_path, tokenizer):  # noqa: F811
                   lr=3e-3, progress=False)
     after = acceptance(target, tokenizer, load_compact(out / "compact", target), prompts, max_new_tokens=16)
     assert after["alpha"] > before["alpha"]
+
+
+def test_distill_cli_on_the_real_target(tmp_path):
+    """flashspec-distill end to end on SmolLM2 (tiny budget): a loadable folder, its card and a compact draft."""
+    import pytest
+
+    pytest.importorskip("chitchat_dataset")
+    from flashspec_hf.distill import main
+    from flashspec_hf.models import load_target
+
+    out = tmp_path / "chat"
+    main(["--domain", "chat", "--output", str(out), "--steps", "2", "--num-texts", "24", "--self-generated", "2",
+          "--batch-size", "2", "--seq-len", "32", "--device", "cpu"])
+    assert (out / "README.md").read_text().startswith("---\nlibrary_name: transformers")
+    target, _ = load_target()
+    draft = load_compact(out / "compact", target)
+    assert draft.config.num_hidden_layers == 2 and 0 < len(draft.draft_vocab_ids) < target.config.vocab_size
+    assert AutoModelForCausalLM.from_pretrained(out).config.intermediate_size == 768
