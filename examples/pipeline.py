@@ -6,7 +6,7 @@ Run: python examples/pipeline.py
 from transformers import pipeline
 
 import flashspec_hf  # noqa: F401
-from flashspec_hf.models import early_exit_assistants, load_target
+from flashspec_hf.models import distilled_assistants, load_target
 
 model, tokenizer = load_target()
 generator = pipeline("text-generation", model=model, tokenizer=tokenizer)
@@ -15,7 +15,7 @@ result = generator(
     max_new_tokens=48,
     do_sample=True,  # the pipeline samples (T=0.7) unless told otherwise; flashspec keeps the distribution
     temperature=0.7,
-    assistant_models=early_exit_assistants(model),
+    assistant_models=distilled_assistants(model),
     flashspec=True,
     selector="ucb1",
     stop_sequence="\n\n",

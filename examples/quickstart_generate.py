@@ -4,10 +4,10 @@ Run: python examples/quickstart_generate.py
 """
 
 import flashspec_hf  # noqa: F401  (adds flashspec=True to generate)
-from flashspec_hf.models import early_exit_assistants, load_target
+from flashspec_hf.models import distilled_assistants, load_target
 
 model, tokenizer = load_target()  # offline; with a hub: load_target("HuggingFaceTB/SmolLM2-135M-Instruct")
-assistants = early_exit_assistants(model, depths=(2, 4, 8))  # drafts sharing the target's tokenizer
+assistants = distilled_assistants(model)  # the bundled chat / code / general drafts (model_cards/)
 
 messages = [{"role": "user", "content": "Give me three tips for learning to cook."}]
 prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
