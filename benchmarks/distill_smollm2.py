@@ -2,7 +2,7 @@
 
 Run on the device by benchmarks/gpu_distill.sh (the GGUF, the gguf wheel and the corpus built by
 benchmarks/build_distill_corpus.py travel in .carry). Writes to $OUT: each assistant's compact weights, a tar of
-their configs and training records, and results.json (acceptance per assistant per domain, speed vs plain).
+their configs and training records, and results.json (training records). Speed: benchmarks/speed_smollm2.py.
 """
 
 import gzip
@@ -18,13 +18,11 @@ import torch
 import transformers
 
 import flashspec_hf  # noqa: F401
-from flashspec_hf.distill import distill, load_compact, target_continuations
-from flashspec_hf.evaluation import compare_on_prompts, summarize
+from flashspec_hf.distill import distill, target_continuations
 from flashspec_hf.models import load_target
 
 STEPS = int(os.environ.get("DISTILL_STEPS", 1500))
 CONTINUED = int(os.environ.get("CONTINUED", 1000))  # prompts per domain continued by the target
-EVAL = int(os.environ.get("EVAL", 24))  # held-out prompts per domain for acceptance (8 of them for speed)
 DEVICE = os.environ.get("DEVICE", "cuda")
 out = Path(os.environ["OUT"])
 corpus = json.load(gzip.open(sys.argv[1], "rt"))
@@ -53,7 +51,6 @@ texts["general"] = texts["chat"][::2] + texts["code"][::2]
 data = {"chat": "chitchat-dataset conversations [1000, 3000) + 1,000 greedy target continuations",
         "code": "2,000 Python files of site-packages + 1,000 greedy target continuations",
         "general": "half of the chat and half of the code corpus"}
-drafts = {}
 for name in ("chat", "code", "general"):
     folder = Path(f"/tmp/drafts/smollm2-{name}")
     distill(target, tokenizer, texts[name], folder, num_layers=2, intermediate_size=768, vocab_size=8192,
@@ -61,19 +58,11 @@ for name in ("chat", "code", "general"):
             card={"name": f"smollm2-{name}", "domain": name, "data": data[name], "base_model": "SmolLM2-135M-Instruct"})
     shutil.copy(folder / "compact" / "model.safetensors", out / f"smollm2-{name}.safetensors")
     results.setdefault("training", {})[name] = json.loads((folder / "training.json").read_text())
-    drafts[name] = load_compact(folder / "compact", target, name=f"smollm2-{name}")
     save()
 with tarfile.open(out / "meta.tar", "w") as tar:
-    for name in drafts:
+    for name in ("chat", "code", "general"):
         tar.add(f"/tmp/drafts/smollm2-{name}/compact/config.json", f"smollm2-{name}/config.json")
         tar.add(f"/tmp/drafts/smollm2-{name}/training.json", f"smollm2-{name}/training.json")
         tar.add(f"/tmp/drafts/smollm2-{name}/compact/vocab.safetensors", f"smollm2-{name}/vocab.safetensors")
 
-rows = [{"prompt": p, "domain": d} for d, ps in corpus["eval"].items() for p in ps[: min(8, EVAL)]]
-for selector in ("thompson",):
-    per_prompt = compare_on_prompts(target, tokenizer, list(drafts.values()), rows, progress=False,
-                                    max_new_tokens=64, do_sample=False, num_assistant_tokens=4, selector=selector)
-    results[f"speed_{selector}"] = summarize(per_prompt)
-    results[f"divergences_{selector}"] = [p["divergence"] for p in per_prompt if p["divergence"]]
-    save()
 print(json.dumps({k: v for k, v in results.items() if k != "training"}, indent=1))

@@ -34,15 +34,16 @@ def chat_prompts(tokenizer: PreTrainedTokenizerBase, num: int, turns: int = 3, s
     Turns alternate user / assistant starting with the user; ``turns`` is odd so the model answers the user.
     Returns a Dataset with columns ``prompt`` (str) and ``domain`` (``"chat"``).
     """
+    stop = CHAT_TRAIN_START if start < CHAT_TRAIN_START else None  # evaluation prompts never reach training text
     rows = []
-    for turns_text in _conversations(start):
+    for turns_text in _conversations(start, stop):
         if len(turns_text) < turns:
             continue
         prompt = tokenizer.apply_chat_template(_messages(turns_text[:turns]), tokenize=False, add_generation_prompt=True)
         rows.append({"prompt": prompt, "domain": "chat"})
         if len(rows) == num:
-            break
-    return Dataset.from_list(rows)
+            return Dataset.from_list(rows)
+    raise ValueError(f"only {len(rows)} conversations with {turns} turns from index {start} (wanted {num})")
 
 
 def chat_texts(tokenizer: PreTrainedTokenizerBase, num: int, start: int = CHAT_TRAIN_START) -> Dataset:
@@ -55,10 +56,10 @@ def chat_texts(tokenizer: PreTrainedTokenizerBase, num: int, start: int = CHAT_T
     return Dataset.from_list(rows)
 
 
-def _conversations(start: int):
-    """Each chitchat conversation from index ``start`` as a list of turn texts (a sender's messages joined)."""
+def _conversations(start: int, stop: int | None = None):
+    """Chitchat conversations ``[start, stop)``, each a list of turn texts (a sender's messages joined)."""
     conversations = json.loads(_package_file("chitchat_dataset", "dataset.json").read_text())
-    for conv in list(conversations.values())[start:]:
+    for conv in list(conversations.values())[start:stop]:
         yield [" ".join(m["text"] for m in turn) for turn in conv["messages"]]
 
 

@@ -27,6 +27,8 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from .models import share_target_modules
+
 SHARED = ("model.embed_tokens.weight", "lm_head.weight")
 """Tensors a compact draft takes from its target."""
 
@@ -90,13 +92,16 @@ def target_continuations(
     """Each prompt followed by the target's own continuation (text), for distillation: sampled at
     ``temperature``, or greedy when it is None."""
     out = []
+    sampling = {"do_sample": True, "temperature": temperature} if temperature else {"do_sample": False}
     for i in range(0, len(prompts), batch_size):
-        batch = tokenizer(list(prompts[i : i + batch_size]), return_tensors="pt", padding=True).to(target.device)
-        sampling = {"do_sample": True, "temperature": temperature} if temperature else {"do_sample": False}
+        chunk = list(prompts[i : i + batch_size])
+        batch = tokenizer(chunk, return_tensors="pt", padding=True).to(target.device)
         ids = target.generate(**batch, max_new_tokens=max_new_tokens, **sampling)
-        out.extend(tokenizer.batch_decode(ids, skip_special_tokens=False))
-    pad = tokenizer.pad_token or ""
-    return [t.replace(pad, "") if pad and pad != tokenizer.eos_token else t for t in out]
+        for prompt, new in zip(chunk, ids[:, batch["input_ids"].shape[1] :].tolist(), strict=True):
+            if tokenizer.eos_token_id in new:  # keep the EOS, drop the padding after it
+                new = new[: new.index(tokenizer.eos_token_id) + 1]
+            out.append(prompt + tokenizer.decode(new))
+    return out
 
 
 def distill(
@@ -160,7 +165,8 @@ def distill(
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
     )
-    start, losses, started = _resume(output_dir / "checkpoint.pt", draft, optimizer, schedule), [], time.time()
+    start, losses, seconds = _resume(output_dir / "checkpoint.pt", draft, optimizer, schedule)
+    started = time.time() - seconds
     order = torch.randperm(len(blocks), generator=torch.Generator().manual_seed(seed))
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
     bar = tqdm(range(start, steps), desc="distill", disable=not progress, initial=start, total=steps)
@@ -183,7 +189,7 @@ def distill(
         losses.append(loss.item())
         bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.3f}")
         if (step + 1) % checkpoint_every == 0 or step + 1 == steps:
-            _checkpoint(output_dir / "checkpoint.pt", draft, optimizer, schedule, step + 1)
+            _checkpoint(output_dir / "checkpoint.pt", draft, optimizer, schedule, step + 1, losses, time.time() - started)
     draft.eval()
     vocab_ids = frequent_tokens(tokenizer, texts, vocab_size) if vocab_size else None
     info = {
@@ -241,7 +247,8 @@ def model_card(info: dict, measured: dict | None = None) -> str:
         f"- data: {info.get('data', 'unknown')}",
         f"- {info['steps']:,} steps × {info['batch_size']} × {info['seq_len']} tokens "
         f"({info['tokens_seen']:,} tokens), lr {info['lr']}, top-k {info['top_k']}",
-        f"- {info['seconds']} s on {info['device']}; final loss {info['final_loss']:.3f}",
+        f"- {info['seconds']} s on {info['device']}; final loss "
+        + (f"{info['final_loss']:.3f}" if info.get("final_loss") is not None else "not recorded"),
         "",
         "## Why this architecture",
         "",
@@ -263,7 +270,7 @@ def frequent_tokens(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], nu
     counts = torch.zeros(len(tokenizer), dtype=torch.long)
     for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]:
         counts += torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=len(counts))
-    keep = set(counts.topk(num).indices.tolist()) | set(tokenizer.all_special_ids)
+    keep = set(counts.topk(min(num, len(counts))).indices.tolist()) | set(tokenizer.all_special_ids)
     return torch.tensor(sorted(keep), dtype=torch.long)
 
 
@@ -297,37 +304,38 @@ def load_compact(folder: str | Path, target: PreTrainedModel, name: str | None =
     config.name_or_path = name or folder.name
     with torch.device("meta"):
         draft = type(target)(config)
-    weights = load_file(folder / "model.safetensors")
+    # weights converted before assignment: no whole-model .to(), which would also cast the modules shared with the
+    # target (its fp32 rotary frequencies) or move them off their devices
+    device, dtype = target.get_input_embeddings().weight.device, target.dtype
+    weights = {k: v.to(device, dtype) for k, v in load_file(folder / "model.safetensors").items()}
     draft.load_state_dict(weights, strict=False, assign=True)
-    draft.model.embed_tokens = target.model.embed_tokens
-    draft.lm_head = target.lm_head
-    draft.model.rotary_emb = target.model.rotary_emb
-    draft.generation_config = copy.deepcopy(target.generation_config)
-    draft = draft.to(device=target.device, dtype=target.dtype).eval()
+    draft = share_target_modules(draft, target).eval()
     if (folder / "vocab.safetensors").exists():
-        ids = load_file(folder / "vocab.safetensors")["token_ids"].to(target.device)
-        head = nn.Linear(config.hidden_size, len(ids), bias=False, device=target.device, dtype=target.dtype)
-        head.weight.data = target.lm_head.weight.data[ids]  # [S, hidden]
-        draft.lm_head = head
-        draft.draft_vocab_ids = ids
+        head_weight = target.lm_head.weight
+        ids = load_file(folder / "vocab.safetensors")["token_ids"].to(head_weight.device)
+        draft.lm_head = nn.Linear(config.hidden_size, len(ids), bias=False, device=head_weight.device, dtype=dtype)
+        draft.lm_head.weight.data = head_weight.data[ids]  # [S, hidden], a copy
+        draft.register_buffer("draft_vocab_ids", ids, persistent=False)  # moves with the draft
     return draft
 
 
-def _checkpoint(path: Path, draft, optimizer, schedule, step: int) -> None:
+def _checkpoint(path: Path, draft, optimizer, schedule, step: int, losses: list[float], seconds: float) -> None:
     trainable = {k: v for k, v in draft.state_dict().items() if k not in SHARED}
+    state = {"draft": trainable, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict()}
     tmp = path.with_suffix(".tmp")
-    torch.save({"step": step, "draft": trainable, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict()}, tmp)
+    torch.save({"step": step, "losses": losses, "seconds": seconds, **state}, tmp)
     tmp.replace(path)
 
 
-def _resume(path: Path, draft, optimizer, schedule) -> int:
+def _resume(path: Path, draft, optimizer, schedule) -> tuple[int, list[float], float]:
+    """Step, losses so far and training seconds so far (0, [], 0.0 without a checkpoint)."""
     if not path.exists():
-        return 0
+        return 0, [], 0.0
     state = torch.load(path, map_location=draft.device)
     draft.load_state_dict(state["draft"], strict=False)
     optimizer.load_state_dict(state["optimizer"])
     schedule.load_state_dict(state["schedule"])
-    return state["step"]
+    return state["step"], state["losses"], state["seconds"]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -345,7 +353,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--output", required=True, help="folder to write (resumes from its checkpoint.pt)")
     p.add_argument("--model", help="target hub name or folder (default: the bundled SmolLM2-135M-Instruct)")
     p.add_argument("--num-layers", type=int, default=2)
-    p.add_argument("--intermediate-size", type=int, default=768, help="MLP width of the draft layers")
+    p.add_argument("--intermediate-size", type=int, default=768, help="MLP width of the draft layers (at most the target's)")
     p.add_argument("--draft-vocab", type=int, default=8192, help="frequent tokens the draft head keeps (0: all)")
     p.add_argument("--steps", type=int, default=1500)
     p.add_argument("--batch-size", type=int, default=32)
@@ -373,6 +381,7 @@ def main(argv: list[str] | None = None) -> None:
     card = {"name": Path(args.output).name, "domain": args.domain or "custom", "data": data_name,
             "base_model": str(target.config.name_or_path)}
     distill(target, tokenizer, texts, args.output, num_layers=args.num_layers, seq_len=args.seq_len,
-            intermediate_size=args.intermediate_size, vocab_size=args.draft_vocab or None,
+            intermediate_size=min(args.intermediate_size, target.config.intermediate_size),
+            vocab_size=args.draft_vocab or None,
             batch_size=args.batch_size, steps=args.steps, lr=args.lr, top_k=args.top_k, card=card)
     print(f"wrote {args.output}")

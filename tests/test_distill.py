@@ -66,3 +66,23 @@ def test_distill_cli_on_the_real_target(tmp_path):
     draft = load_compact(out / "compact", target)
     assert draft.config.num_hidden_layers == 2 and 0 < len(draft.draft_vocab_ids) < target.config.vocab_size
     assert AutoModelForCausalLM.from_pretrained(out).config.intermediate_size == 768
+
+
+def test_loading_a_compact_draft_leaves_a_bf16_target_untouched(tmp_path):
+    """The draft shares the target's modules: loading it must not cast them (fp32 rotary frequencies) or move them."""
+    from safetensors.torch import save_file
+
+    from flashspec_hf.distill import save_compact
+
+    target = tiny_llama(layers=2, seed=0).to(torch.bfloat16)
+    ids = torch.tensor([[5, 17, 33, 8, 90]])
+    with torch.no_grad():
+        before = target(ids).logits
+    inv_freq = target.model.rotary_emb.inv_freq.clone()
+    folder = save_compact(make_draft(target, 1), tmp_path / "c", torch.arange(0, 97, 2))
+    save_file({"token_ids": torch.arange(0, 97, 2)}, folder / "vocab.safetensors")
+    draft = load_compact(folder, target)
+    assert target.model.rotary_emb.inv_freq.dtype == inv_freq.dtype and torch.equal(target.model.rotary_emb.inv_freq, inv_freq)
+    with torch.no_grad():
+        assert torch.equal(target(ids).logits, before)
+    assert "draft_vocab_ids" in dict(draft.named_buffers()) and draft.lm_head.weight.shape[0] == 49
