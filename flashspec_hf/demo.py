@@ -78,8 +78,10 @@ def main(argv: list[str] | None = None) -> None:
 
 def format_table(rows: list[dict], setup: dict, greedy: bool) -> str:
     """Plain-text table of :func:`~flashspec_hf.evaluation.summarize` rows."""
+    names = list(rows[0]["arm_share"])
+    width = max(map(len, names)) + 10
     head = f"{'domain':<8} {'prompts':>7} {'plain tok/s':>11} {'flash tok/s':>11} {'speedup':>7} {'tau':>5}"
-    head += "".join(f"  {'a|share ' + n[-12:]:>26}" for n in rows[0]["arm_share"])
+    head += "".join(f"  {'α | share ' + n:>{width}}" for n in names)
     head += "  identical" if greedy else ""
     lines = [
         f"target {setup['target']} on {setup['device']} ({setup['dtype']}), γ={setup['num_assistant_tokens']}, "
@@ -93,7 +95,7 @@ def format_table(rows: list[dict], setup: dict, greedy: bool) -> str:
         line += f" {r['speedup']:>6.2f}x {r['tau']:>5.2f}"
         for name, share in r["arm_share"].items():
             alpha = r["alpha"].get(name)
-            line += f"  {(f'{alpha:.2f}' if alpha is not None else '  - ') + f' | {share:4.0%}':>26}"
+            line += f"  {(f'{alpha:.2f}' if alpha is not None else '  - ') + f' | {share:4.0%}':>{width}}"
         if greedy:
             line += f"  {r['identical']}/{r['prompts']}"
         lines.append(line)
