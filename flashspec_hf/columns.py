@@ -15,7 +15,12 @@ import inspect
 from dataclasses import dataclass
 
 import torch
+import transformers
+from packaging.version import Version
 from transformers import DynamicCache, PreTrainedModel
+
+SLIDING_WINDOW_MIN_VERSION = Version("5.24")
+"""Oldest transformers verified to crop a full sliding-window cache correctly (5.17 returns one key too many)."""
 
 
 @dataclass
@@ -27,26 +32,30 @@ class Columns:
         valid: int64 ``[B, T]``, 1 for real tokens, 0 for left padding and holes (the attention mask).
         positions: int64 ``[B, T]``, position id of each valid column (its number of valid predecessors); padding
             columns hold 1 (as transformers' generate), holes an arbitrary value (they are masked).
+        all_valid: host flag, True while no column is padding or a hole; the models then get no attention mask
+            and build their own causal one (which sliding-window layers need in transformers 5.17).
     """
 
     tokens: torch.Tensor
     valid: torch.Tensor
     positions: torch.Tensor
+    all_valid: bool
 
     @classmethod
     def from_prompt(cls, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> "Columns":
         """Columns of a left-padded prompt: ``input_ids`` int64 ``[B, L]``, ``attention_mask`` ``[B, L]`` or None."""
         valid = torch.ones_like(input_ids) if attention_mask is None else attention_mask.long()  # [B, L]
         positions = (valid.cumsum(-1) - 1).masked_fill(valid == 0, 1)  # [B, L], as transformers' generate
-        return cls(input_ids, valid, positions)
+        return cls(input_ids, valid, positions, attention_mask is None or bool(attention_mask.all()))
 
     @property
     def length(self) -> int:
         """Number of columns ``T``."""
         return self.tokens.shape[1]
 
-    def append(self, tokens: torch.Tensor, valid: torch.Tensor, positions: torch.Tensor) -> None:
-        """Append ``[B, n]`` columns."""
+    def append(self, tokens: torch.Tensor, valid: torch.Tensor, positions: torch.Tensor, holes: bool) -> None:
+        """Append ``[B, n]`` columns; ``holes`` says (on the host) whether any of them is invalid."""
+        self.all_valid = self.all_valid and not holes
         self.tokens = torch.cat([self.tokens, tokens], dim=1)
         self.valid = torch.cat([self.valid, valid.long()], dim=1)
         self.positions = torch.cat([self.positions, positions], dim=1)
@@ -64,6 +73,12 @@ class ColumnCache:
     def __init__(self, model: PreTrainedModel, vocab_size: int):
         self.model = model
         self.cache = DynamicCache(config=model.config)
+        if any(self.cache.is_sliding) and Version(transformers.__version__) < SLIDING_WINDOW_MIN_VERSION:
+            raise NotImplementedError(
+                f"{type(model).__name__} has sliding-window layers, whose cache transformers "
+                f"{transformers.__version__} cannot roll back once the window is full (seen on 5.17); "
+                f"flashspec supports them from transformers {SLIDING_WINDOW_MIN_VERSION} on: upgrade transformers"
+            )
         self.cache.activate_past_recording()  # lets sliding-window / linear-attention layers be cropped
         self.seen = 0
         embeddings = model.get_input_embeddings().num_embeddings
@@ -104,7 +119,7 @@ class ColumnCache:
         device = self.model.device
         out = self.model(
             input_ids=ids.to(device),
-            attention_mask=mask.to(device),
+            attention_mask=None if columns.all_valid else mask.to(device),
             position_ids=pos.to(device),
             use_cache=True,
             logits_to_keep=logits_to_keep,

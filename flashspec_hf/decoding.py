@@ -114,7 +114,7 @@ def speculative_decode(
 
         max_accepted = max(accepted_h)
         sequences.append(output, num_emitted, emitted_h)
-        _append_columns(columns, output, num_accepted, max_accepted)
+        _append_columns(columns, output, num_accepted, max_accepted, holes=min(accepted_h) < max_accepted)
         target.crop(length + max_accepted)
         generator.crop(length + max_accepted)
         active_accepted = [n for n, a in zip(accepted_h, active, strict=True) if a]
@@ -201,8 +201,11 @@ def _split_criteria(
     return eos, min(lengths, default=default_max_length), StoppingCriteriaList(rest)
 
 
-def _append_columns(columns: Columns, output: torch.Tensor, num_accepted: torch.Tensor, max_accepted: int) -> None:
-    """Append ``max_accepted`` draft columns (holes past each row's accepted count) and the new pending token."""
+def _append_columns(
+    columns: Columns, output: torch.Tensor, num_accepted: torch.Tensor, max_accepted: int, holes: bool
+) -> None:
+    """Append ``max_accepted`` draft columns (holes past each row's accepted count) and the new pending token;
+    ``holes`` is whether some row accepted fewer than ``max_accepted``."""
     pos = torch.arange(max_accepted + 1, device=output.device)  # [m + 1]
     keep = pos < num_accepted.unsqueeze(1)  # [B, m+1]
     pending = output.gather(1, num_accepted.unsqueeze(1))  # [B, 1] recovered or bonus token
@@ -211,7 +214,7 @@ def _append_columns(columns: Columns, output: torch.Tensor, num_accepted: torch.
     valid[:, -1] = True
     base = columns.positions[:, -1:] + 1  # [B, 1]
     positions = torch.where(keep, base + pos, base + num_accepted.unsqueeze(1))  # holes: any position, masked
-    columns.append(tokens, valid, positions)
+    columns.append(tokens, valid, positions, holes)
 
 
 def _recording(generation_config: GenerationConfig) -> tuple[bool, bool]:

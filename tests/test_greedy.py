@@ -5,7 +5,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import transformers
+from packaging.version import Version
+
 from flashspec_hf import RoundRobin
+from flashspec_hf.columns import SLIDING_WINDOW_MIN_VERSION
 
 from .conftest import left_padded, tiny_llama
 
@@ -138,6 +142,10 @@ def test_sliding_window_target_batch_one_and_clear_error_for_batches():
                            bos_token_id=1, eos_token_id=2)
     model = MistralForCausalLM(config).eval()
     row = PROMPTS[0]
+    if Version(transformers.__version__) < SLIDING_WINDOW_MIN_VERSION:
+        with pytest.raises(NotImplementedError, match="upgrade transformers"):
+            _flash(model, [model], [row], max_new_tokens=20)
+        return
     got = _flash(model, [model], [row], max_new_tokens=20, num_assistant_tokens=3)
     assert torch.equal(got[0], _stock(model, row, max_new_tokens=20))  # past the 8-token window
     with pytest.raises(NotImplementedError, match="batch size 1"):
