@@ -1,10 +1,5 @@
 #!/usr/bin/env bash
-# Last of three device calls (the first two copy .carry/a/gguf.part00 and .carry/b/gguf.part01 to /tmp/gguf;
-# the GGUF travels in three parts because a call carries 64 MiB with the tree): join the GGUF, install the gguf
-# wheel, distil and measure the SmolLM2 assistants. Results under $OUT.
+# Device call 3 of 3 (see gpu_smollm2_env.sh): distil the SmolLM2 assistants. Results under $OUT.
 set -uo pipefail
-export PYTHONUNBUFFERED=1
-cat /tmp/gguf/gguf.part00 /tmp/gguf/gguf.part01 .carry/c/gguf.part02 > /tmp/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
-python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .carry/c/whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
-export FLASHSPEC_SMOLLM2_GGUF_DIR=/tmp/gguf FLASHSPEC_CACHE=/tmp/fscache
+. benchmarks/gpu_smollm2_env.sh
 timeout 570 python3 -m benchmarks.distill_smollm2 .carry/c/corpus.json.gz 2>&1 | tee "$OUT/log.txt"

@@ -26,16 +26,18 @@ def _case(batch, gamma, vocab, dtype, seed, agreement):
     return target.to(dtype), draft.to(dtype), g
 
 
-@settings(max_examples=25, deadline=None)
-@given(
+SHAPES = dict(  # hypothesis strategies shared by the kernel tests: odd vocabularies, γ 1..16, vocabulary splits
     batch=st.integers(1, 4),
     gamma=st.integers(1, 16),
     vocab=st.integers(2, 300),
     dtype=st.sampled_from(DTYPES),
     seed=st.integers(0, 2**16),
-    agreement=st.sampled_from([0.0, 0.9, 1.0]),
     splits=st.integers(1, 4),
 )
+
+
+@settings(max_examples=25, deadline=None)
+@given(**SHAPES, agreement=st.sampled_from([0.0, 0.9, 1.0]))
 def test_sampling_kernel_matches_reference(batch, gamma, vocab, dtype, seed, agreement, splits):
     target, draft, g = _case(batch, gamma, vocab, dtype, seed, agreement)
     tokens = torch.multinomial(draft.float().softmax(-1).view(-1, vocab), 1, generator=g).view(batch, gamma)
@@ -47,15 +49,7 @@ def test_sampling_kernel_matches_reference(batch, gamma, vocab, dtype, seed, agr
 
 
 @settings(max_examples=25, deadline=None)
-@given(
-    batch=st.integers(1, 4),
-    gamma=st.integers(1, 16),
-    vocab=st.integers(2, 300),
-    dtype=st.sampled_from(DTYPES),
-    seed=st.integers(0, 2**16),
-    accept_first=st.integers(0, 16),
-    splits=st.integers(1, 4),
-)
+@given(**SHAPES, accept_first=st.integers(0, 16))
 def test_greedy_kernel_matches_reference(batch, gamma, vocab, dtype, seed, accept_first, splits):
     target, _, g = _case(batch, gamma, vocab, dtype, seed, 0.0)
     tokens = torch.randint(0, vocab, (batch, gamma), generator=g)
