@@ -40,7 +40,7 @@ def smollm2_folder() -> Path:
     if (folder / "config.json").exists() and (folder / "tokenizer_config.json").exists():
         return folder
     source = _gguf_folder()
-    print(f"[flashspec] converting {SMOLLM2_GGUF} to {folder} (once; about a minute on a CPU)...", file=sys.stderr)
+    print(f"[flashspec] converting {SMOLLM2_GGUF} to {folder} (once; seconds to a minute)...", file=sys.stderr)
     tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=SMOLLM2_GGUF)
     gguf_model = AutoModelForCausalLM.from_pretrained(source, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
     config = copy.deepcopy(gguf_model.config)
