@@ -1,59 +1,45 @@
-"""Candidate generation: K assistant models, one chosen per step by a selector, each with its own KV cache."""
+"""Candidate generation: K arms, one chosen per step by a selector. An arm is a draft source (an assistant model
+or prompt lookup, :mod:`flashspec_hf.drafts`) with its speculation length γ."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
-from transformers import PreTrainedModel
 from transformers.generation.candidate_generator import CandidateGenerator
 
-from .columns import ColumnCache, Columns
+from .drafts import DraftContext, DraftSource
 from .selection import Selector
-
-DraftProcessor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-"""``(logits [B, 1, V], drafts_so_far int64 [B, i]) -> float32 [B, 1, V]`` processed draft logits."""
 
 
 class MultiAssistantCandidateGenerator(CandidateGenerator):
-    """Drafts ``γ`` tokens per step with the assistant the selector picks.
+    """Drafts each step with the arm the selector picks.
 
-    Unlike transformers' ``AssistedCandidateGenerator`` there is no nested ``generate`` call: each assistant runs
-    ``γ`` forwards on its own cache (the first one also catches up on the columns it has not seen), samples each
-    draft token from its processed logits ``q`` (the target's processors applied once, not twice), and returns
-    those ``q`` so verification is exact.
+    Unlike transformers' ``AssistedCandidateGenerator`` there is no nested ``generate`` call: the source drafts
+    ``γ`` tokens on its own cache and returns the processed logits ``q`` it sampled them from, so verification is
+    exact (:mod:`flashspec_hf.drafts`).
 
     Args:
-        assistants: the draft models (same tokenizer as the target; vocabularies may be padded differently).
-        columns: the column layout shared with the target (:mod:`flashspec_hf.columns`).
-        selector: picks the arm of each step (:mod:`flashspec_hf.selection`).
-        num_assistant_tokens: ``γ``, draft tokens per step.
-        vocab_size: the target's vocabulary size ``V``; draft logits are cut or ``-inf``-padded to it.
-        do_sample: sample drafts from ``q`` (True) or take its argmax.
-        process: applies generate's processors to one position of draft logits.
+        sources: the draft sources.
+        arms: ``(source index, γ)`` per arm.
+        selector: picks the arm of each step (:mod:`flashspec_hf.selection`), already reset for these arms.
+        ctx: the step context shared by the sources.
     """
 
-    def __init__(
-        self,
-        assistants: Sequence[PreTrainedModel],
-        columns: Columns,
-        selector: Selector,
-        num_assistant_tokens: int,
-        vocab_size: int,
-        do_sample: bool,
-        process: DraftProcessor,
-    ):
-        self.caches = [ColumnCache(model, vocab_size) for model in assistants]
-        self.columns = columns
+    def __init__(self, sources: Sequence[DraftSource], arms: list[tuple[int, int]], selector: Selector, ctx: DraftContext):
+        self.sources = list(sources)
+        self.arms = arms
         self.selector = selector
-        self.gamma = num_assistant_tokens
-        self.vocab_size = vocab_size
-        self.do_sample = do_sample
-        self.process = process
+        self.ctx = ctx
         self.arm = -1  # arm of the last get_candidates call
 
+    @property
+    def gamma(self) -> int:
+        """γ of the last get_candidates call."""
+        return self.arms[self.arm][1]
+
     def get_candidates(self, input_ids: torch.LongTensor, **kwargs) -> tuple[torch.LongTensor, torch.Tensor | None]:
-        """Pick an arm and draft ``γ`` tokens after the columns.
+        """Pick an arm and draft its ``γ`` tokens after the columns.
 
         Args:
             input_ids (`torch.LongTensor` of shape `(batch_size, T)`): the column tokens (``columns.tokens``).
@@ -63,42 +49,60 @@ class MultiAssistantCandidateGenerator(CandidateGenerator):
             greedy: verification only compares tokens).
         """
         self.arm = self.selector.select()
-        cache = self.caches[self.arm]
-        batch_size = input_ids.shape[0]
-        drafts = input_ids.new_empty(batch_size, 0)  # [B, i]
-        scores = []
-        for _ in range(self.gamma):
-            logits = cache.forward(self.columns, drafts, logits_to_keep=1)  # [B, 1, V_draft]
-            logits = _fit_vocab(logits, self.vocab_size, getattr(cache.model, "draft_vocab_ids", None))
-            q = self.process(logits.to(input_ids.device), drafts)  # [B, 1, V]
-            if self.do_sample:
-                token = torch.multinomial(q[:, 0].softmax(dim=-1), num_samples=1)  # [B, 1]
-            else:
-                token = q[:, 0].argmax(dim=-1, keepdim=True)  # [B, 1]
-            drafts = torch.cat([drafts, token], dim=1)
-            scores.append(q)
-        draft_logits = torch.cat(scores, dim=1) if self.do_sample else None  # [B, γ, V]
+        source, gamma = self.arms[self.arm]
+        drafts, draft_logits = self.sources[source].propose(self.ctx, gamma)  # [B, γ], [B, γ, V] | None
         return torch.cat([input_ids, drafts], dim=1), draft_logits
 
-    def update_candidate_strategy(self, input_ids: torch.LongTensor, scores: torch.Tensor | None, num_matches: list[int]):
-        """Report the step's accepted draft tokens (one count per row still generating) to the selector."""
-        self.selector.update(self.arm, num_matches, self.gamma)
+    def update_candidate_strategy(
+        self,
+        input_ids: torch.LongTensor,
+        scores: torch.Tensor | None,
+        num_matches: list[int],
+        seconds: float | None = None,
+        verified: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    ) -> None:
+        """Report the step to the selector.
+
+        Args:
+            num_matches: accepted draft tokens of each row still generating.
+            seconds: the step's wall time (s).
+            verified: for full-information selectors, ``(output int64 [B, γ + 1], num_accepted int64 [B],
+                active bool [B], num_new_before int64 [B], m)`` of the step (``m`` = max accepted, on the host),
+                after the columns and sequences received its tokens.
+        """
+        self.selector.update(self.arm, num_matches, self.gamma, seconds)
+        if self.selector.full_information and verified is not None:
+            self.selector.update_all(*self._agreement(*verified))
+
+    def _agreement(self, output, num_accepted, active, num_new_before, m) -> tuple[list[float], list[float]]:
+        """Per arm, agreeing and tested tokens of its teacher-forced greedy predictions on the step's tokens.
+
+        Row ``b`` verified positions ``0 … n_b`` (``n_b`` accepted drafts, then the recovered or bonus token); an
+        arm of length ``γ_a`` is tested on the first ``w_b = min(n_b + 1, γ_a)`` of them: its leading agreement
+        ``k_b`` are successes, plus one failure if ``k_b < w_b``, the censoring of a drafted step. The drafting
+        arm reports its actual acceptance.
+        """
+        width = m + 1  # the step's new columns: no row verified more positions
+        output = output[:, :width]  # [B, m + 1]
+        drafting = self.arms[self.arm][0]
+        pos = torch.arange(width, device=output.device)  # [m + 1]
+        predictions = {}  # source -> int64 [B, m + 1] greedy predictions
+        counts = []  # per arm: (successes, trials), device scalars
+        for source, gamma in self.arms:
+            known = self.gamma if source == drafting else width  # positions the source has predicted
+            window = (num_accepted + 1).clamp(max=min(gamma, known))  # [B]
+            if source == drafting:  # its drafts matched the first n_b tokens, then were rejected
+                agree = num_accepted.minimum(window)
+            else:
+                if source not in predictions:
+                    predictions[source] = self.sources[source].predict(self.ctx, num_new_before, width)
+                hit = (predictions[source] == output) & (pos < window.unsqueeze(1))  # [B, m + 1]
+                agree = hit.long().cumprod(dim=1).sum(dim=1)  # [B] leading agreement
+            tested = agree + (agree < window).long()  # [B]
+            counts.append(torch.stack([(agree * active).sum(), (tested * active).sum()]))
+        successes, trials = torch.stack(counts).T.tolist()  # full-information mode's extra host copy
+        return successes, trials
 
     def crop(self, length: int) -> None:
-        """Forget the drafted columns at and after ``length`` (the drafting assistant's rejected tokens)."""
-        self.caches[self.arm].crop(length)
-
-
-def _fit_vocab(logits: torch.Tensor, vocab_size: int, token_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """Draft logits on the target's vocabulary, ``[..., V]``; tokens the draft cannot propose get ``-inf``.
-
-    ``logits`` ``[..., V_draft]`` with entry ``i`` for token ``i`` (extra entries dropped, missing ones ``-inf``),
-    or ``[..., S]`` with entry ``i`` for token ``token_ids[i]`` (a reduced draft head).
-    """
-    if token_ids is not None:
-        full = logits.new_full((*logits.shape[:-1], vocab_size), float("-inf"))  # [..., V]
-        return full.scatter_(-1, token_ids.expand(*logits.shape[:-1], -1), logits)
-    extra = logits.shape[-1] - vocab_size
-    if extra >= 0:
-        return logits[..., :vocab_size]
-    return torch.nn.functional.pad(logits, (0, -extra), value=float("-inf"))
+        """Forget the drafted columns at and after ``length`` (the drafting source's rejected tokens)."""
+        self.sources[self.arms[self.arm][0]].crop(length)

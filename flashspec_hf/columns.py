@@ -53,6 +53,10 @@ class Columns:
         """Number of columns ``T``."""
         return self.tokens.shape[1]
 
+    def prefix(self, length: int) -> "Columns":
+        """The first ``length`` columns (views)."""
+        return Columns(self.tokens[:, :length], self.valid[:, :length], self.positions[:, :length], self.all_valid)
+
     def append(self, tokens: torch.Tensor, valid: torch.Tensor, positions: torch.Tensor, holes: bool) -> None:
         """Append ``[B, n]`` columns; ``holes`` says (on the host) whether any of them is invalid."""
         self.all_valid = self.all_valid and not holes

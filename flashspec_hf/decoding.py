@@ -2,13 +2,15 @@
 
 Each step, for a batch of ``B`` rows with ragged acceptance:
 
-1. the candidate generator picks an arm and drafts ``γ`` tokens ``[B, γ]`` (:mod:`flashspec_hf.candidates`);
+1. the candidate generator picks an arm (a draft source and its γ) and drafts ``[B, γ]`` tokens
+   (:mod:`flashspec_hf.candidates`);
 2. the target reads its unseen columns plus the drafts in one forward: logits ``[B, γ + 1, V]``;
 3. generate's processors run per position (:mod:`flashspec_hf.processing`);
 4. verification emits ``accepted + 1`` tokens per row (:mod:`flashspec_hf.verification`);
 5. EOS, ``max_new_tokens`` and stopping criteria cut each row's emitted tokens *inside* the block;
 6. one device-to-host copy of three ``[B]`` vectors (accepted, emitted, finished) drives the host side: cache
-   crops, the selector's reward, statistics and the loop's exit.
+   crops, the selector's reward, statistics and the loop's exit. A full-information selector adds one more
+   (the arms' agreement counts).
 
 Host syncs per step that remain (besides that copy): the attention-mask check inside transformers' mask creation
 and, with sampling, ``torch.multinomial`` on CPU only. The performance issue removes them.
@@ -26,9 +28,10 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from .candidates import MultiAssistantCandidateGenerator
 from .columns import ColumnCache, Columns
+from .drafts import DraftContext, DraftSource, ModelDrafts
 from .kernels.reference import PLACEHOLDER_TOKEN_ID
 from .processing import Groups, LogitsProcessing, Sequences
-from .selection import Selector
+from .selection import Selector, make_selector
 from .stats import FlashSpecStats
 from .verification import verify
 
@@ -39,9 +42,9 @@ def speculative_decode(
     logits_processor: LogitsProcessorList,
     stopping_criteria: StoppingCriteriaList,
     generation_config: GenerationConfig,
-    assistants: list[PreTrainedModel],
-    selector: Selector,
-    num_assistant_tokens: int,
+    assistants: list[PreTrainedModel | DraftSource],
+    selector: str | Selector | None,
+    num_assistant_tokens: int | list[int],
     attention_mask: torch.Tensor | None = None,
     streamer=None,
 ) -> GenerateDecoderOnlyOutput | torch.LongTensor:
@@ -51,9 +54,10 @@ def speculative_decode(
         model: the target.
         input_ids: int64 ``[B, L]`` left-padded prompts (``attention_mask`` ``[B, L]`` marks the padding).
         logits_processor, stopping_criteria, generation_config: as prepared by ``generate``.
-        assistants: draft models sharing the target's tokenizer.
-        selector: picks the assistant of each step.
-        num_assistant_tokens: ``γ`` >= 1.
+        assistants: draft models sharing the target's tokenizer, or other draft sources
+            (:class:`~flashspec_hf.drafts.PromptLookup`).
+        selector: picks the arm of each step; a name or a :class:`~flashspec_hf.selection.Selector`.
+        num_assistant_tokens: ``γ`` >= 1, or several: every source is then paired with every γ (one arm each).
         streamer: a transformers streamer (batch 1), fed each step's emitted tokens.
 
     Returns:
@@ -63,7 +67,9 @@ def speculative_decode(
     """
     start = time.perf_counter()
     batch_size, prompt_length = input_ids.shape
-    gamma = num_assistant_tokens
+    gammas = [num_assistant_tokens] if isinstance(num_assistant_tokens, int) else list(num_assistant_tokens)
+    arms = [(source, g) for source in range(len(assistants)) for g in gammas]  # (source index, γ) per arm
+    selector = make_selector(selector, len(arms), [g for _, g in arms])
     device = input_ids.device
     pad = generation_config._pad_token_tensor
     pad_token_id = int(pad) if pad is not None else 0
@@ -73,7 +79,7 @@ def speculative_decode(
     vocab_size = model.config.get_text_config().vocab_size
 
     columns = Columns.from_prompt(input_ids, attention_mask)
-    sequences = Sequences(input_ids, max_new_tokens, gamma, pad_token_id)
+    sequences = Sequences(input_ids, max_new_tokens, max(gammas), pad_token_id)
     processing = LogitsProcessing(logits_processor)
     groups = sequences.groups([True] * batch_size)  # rows by tokens generated, refreshed every step
 
@@ -82,44 +88,54 @@ def speculative_decode(
             return logits.float()
         return processing(logits, sequences, groups, drafts, drafts[:, :0])
 
-    generator = MultiAssistantCandidateGenerator(
-        assistants, columns, selector, gamma, vocab_size, generation_config.do_sample, process_draft
-    )
+    sources = [a if isinstance(a, DraftSource) else ModelDrafts(a, vocab_size) for a in assistants]
+    ctx = DraftContext(columns, sequences, process_draft, vocab_size, generation_config.do_sample)
+    generator = MultiAssistantCandidateGenerator(sources, arms, selector, ctx)
     target = ColumnCache(model, vocab_size)
     if batch_size > 1:
-        for cache in [target, *generator.caches]:
+        for cache in [target] + [s.cache for s in sources if isinstance(s, ModelDrafts)]:
             cache.check_holes_allowed()
-    stats = FlashSpecStats(arm_names(assistants), gamma)
+    names = arm_names(assistants)
+    stats = FlashSpecStats(
+        [names[s] if len(gammas) == 1 else f"{names[s]}@{g}" for s, g in arms], max(gammas), [g for _, g in arms]
+    )
     want_scores, want_logits = _recording(generation_config)
     recorded_scores, recorded_logits, emitted_counts = [], [], []
     finished = torch.zeros(batch_size, dtype=torch.bool, device=device)  # [B]
     active = [True] * batch_size
     steps_left = max_new_tokens > 0
+    step_start = time.perf_counter()
     while steps_left:
         length = columns.length
         candidates, draft_logits = generator.get_candidates(columns.tokens)
         drafts = candidates[:, length:]  # [B, γ]
+        gamma = drafts.shape[1]
         logits = target.forward(columns, drafts, logits_to_keep=gamma + 1).to(device)  # [B, γ+1, V]
         if processing.is_identity:
             scores = logits
         else:
             scores = processing(logits, sequences, groups, drafts[:, :0], drafts)  # [B, γ+1, V] fp32
         output, num_accepted = verify(scores, drafts, draft_logits)  # [B, γ+1], [B]
+        was_active = ~finished  # [B]
         output = output.masked_fill(output == PLACEHOLDER_TOKEN_ID, pad_token_id)
         num_emitted, finished = _cut_block(
             output, num_accepted, scores, finished, sequences, groups, criteria, eos, max_new_tokens
         )
         # the step's only device-to-host copy
         accepted_h, emitted_h, finished_h = torch.stack([num_accepted, num_emitted, finished.long()]).tolist()
+        now = time.perf_counter()
+        seconds, step_start = now - step_start, now
 
         max_accepted = max(accepted_h)
+        num_new_before = sequences.num_new.clone()  # [B]
         sequences.append(output, num_emitted, emitted_h)
         _append_columns(columns, output, num_accepted, max_accepted, holes=min(accepted_h) < max_accepted)
         target.crop(length + max_accepted)
         generator.crop(length + max_accepted)
         active_accepted = [n for n, a in zip(accepted_h, active, strict=True) if a]
-        generator.update_candidate_strategy(columns.tokens, None, active_accepted)
-        stats.record(generator.arm, active_accepted)
+        verified = (output, num_accepted, was_active, num_new_before, max_accepted)
+        generator.update_candidate_strategy(columns.tokens, scores, active_accepted, seconds, verified)
+        stats.record(generator.arm, active_accepted, seconds)
         if streamer is not None:
             streamer.put(output[0, : emitted_h[0]].cpu())
         if want_scores or want_logits:
@@ -236,8 +252,12 @@ def _per_token(recorded: list[torch.Tensor], emitted: list[list[int]]) -> tuple[
     return tuple(gathered.unbind(dim=1))
 
 
-def arm_names(assistants: list[PreTrainedModel]) -> list[str]:
-    """A distinct short name per assistant: the last part of ``config.name_or_path``, else ``assistant_<i>``."""
-    names = [(getattr(a.config, "name_or_path", "") or "").rstrip("/").split("/")[-1] for a in assistants]
+def arm_names(assistants: list[PreTrainedModel | DraftSource]) -> list[str]:
+    """A distinct short name per draft source: the last part of ``config.name_or_path`` (models), ``name``
+    (other sources), else ``assistant_<i>``."""
+    names = [
+        getattr(a, "name", "") if isinstance(a, DraftSource) else (a.config.name_or_path or "").rstrip("/").split("/")[-1]
+        for a in assistants
+    ]
     names = [n or f"assistant_{i}" for i, n in enumerate(names)]
     return [n if names.count(n) == 1 else f"{n}#{i}" for i, n in enumerate(names)]

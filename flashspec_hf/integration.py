@@ -16,7 +16,8 @@ from transformers.generation.stopping_criteria import StopStringCriteria, Stoppi
 from transformers.generation.utils import GenerationMixin
 
 from .decoding import speculative_decode
-from .selection import Selector, make_selector
+from .drafts import DraftSource
+from .selection import Selector
 
 DEFAULT_NUM_ASSISTANT_TOKENS = 4
 """γ when neither ``num_assistant_tokens`` nor a ``generation_config`` sets it (transformers' default, 20, is
@@ -38,13 +39,13 @@ class FlashSpecDecoding:
     """The callable handed to ``generate(custom_generate=...)``: runs :func:`~flashspec_hf.decoding.speculative_decode`.
 
     Args:
-        assistants: validated draft models.
+        assistants: validated draft models and other draft sources (:class:`~flashspec_hf.drafts.PromptLookup`).
         selector: a :class:`~flashspec_hf.selection.Selector` or a name (``"thompson"``, ``"ucb1"``, …).
-        num_assistant_tokens: ``γ``.
+        num_assistant_tokens: ``γ``, or a list of them (arms pair every source with every γ).
         streamer: the call's streamer (generate's hook drops it, so it travels here).
     """
 
-    def __init__(self, assistants: list[PreTrainedModel], selector, num_assistant_tokens: int, streamer=None):
+    def __init__(self, assistants: list, selector, num_assistant_tokens: int | list[int], streamer=None):
         self.assistants = assistants
         self.selector = selector
         self.num_assistant_tokens = num_assistant_tokens
@@ -64,7 +65,7 @@ class FlashSpecDecoding:
             stopping_criteria,
             generation_config,
             self.assistants,
-            make_selector(self.selector, len(self.assistants)),
+            self.selector,
             self.num_assistant_tokens,
             attention_mask=model_kwargs.get("attention_mask"),
             streamer=self.streamer,
@@ -75,9 +76,13 @@ class FlashSpecDecoding:
 def generate(self, *args, flashspec: bool = False, assistant_models=None, selector: str | Selector | None = None, **kwargs):
     """``GenerationMixin.generate`` plus ``flashspec=True``, ``assistant_models=[...]`` and ``selector=...``.
 
+    ``assistant_models`` may mix models and :class:`~flashspec_hf.drafts.PromptLookup`; ``num_assistant_tokens``
+    may be a list of γ values (every source is paired with every γ, and the selector picks among the pairs).
+
     Raises:
         ValueError: ``flashspec=True`` without assistants, an empty list, an assistant with another vocabulary or
-            special tokens, on another device, an encoder-decoder model, beam search, or an unsupported option.
+            special tokens, on another device, an encoder-decoder model, beam search, an invalid γ, or an
+            unsupported option.
         TypeError: an assistant that is not a transformers causal LM.
     """
     if not flashspec:
@@ -96,10 +101,10 @@ def install() -> None:
     GenerationMixin.generate = generate
 
 
-def _collect_assistants(assistant_models, assistant_model) -> list[PreTrainedModel]:
+def _collect_assistants(assistant_models, assistant_model) -> list:
     if assistant_models is None and assistant_model is None:
         raise ValueError("flashspec=True needs draft models: pass assistant_models=[draft_1, ...]")
-    if isinstance(assistant_models, PreTrainedModel):
+    if isinstance(assistant_models, (PreTrainedModel, DraftSource)):
         assistant_models = [assistant_models]
     assistants = list(assistant_models or []) + ([assistant_model] if assistant_model is not None else [])
     if not assistants:
@@ -116,8 +121,13 @@ def _check_request(target: PreTrainedModel, assistants: list[PreTrainedModel], k
     target_vocab = target.config.get_text_config().vocab_size
     for i, assistant in enumerate(assistants):
         name = f"assistant_models[{i}]"
+        if isinstance(assistant, DraftSource):
+            continue
         if not isinstance(assistant, PreTrainedModel) or assistant.get_output_embeddings() is None:
-            raise TypeError(f"{name} must be a transformers causal LM (…ForCausalLM), got {type(assistant).__name__}")
+            raise TypeError(
+                f"{name} must be a transformers causal LM (…ForCausalLM) or a flashspec_hf.PromptLookup, "
+                f"got {type(assistant).__name__}"
+            )
         if assistant.config.is_encoder_decoder:
             raise ValueError(f"{name} is an encoder-decoder model; drafts must be decoder-only")
         if assistant.device != target.device:
@@ -146,17 +156,21 @@ def _special_token(model: PreTrainedModel, name: str):
     return value
 
 
-def _num_assistant_tokens(args: tuple, kwargs: dict) -> int:
-    """γ from ``num_assistant_tokens=``, else from a passed ``generation_config`` that changed it, else the default."""
+def _num_assistant_tokens(args: tuple, kwargs: dict) -> int | list[int]:
+    """γ from ``num_assistant_tokens=`` (an int or a list of them), else from a passed ``generation_config`` that
+    changed it, else the default."""
     gamma = kwargs.get("num_assistant_tokens")
     config = kwargs.get("generation_config", args[1] if len(args) > 1 else None)
     if gamma is None and isinstance(config, GenerationConfig):
         if config.num_assistant_tokens != GenerationConfig().num_assistant_tokens:
             gamma = config.num_assistant_tokens
     gamma = DEFAULT_NUM_ASSISTANT_TOKENS if gamma is None else gamma
-    if not isinstance(gamma, int) or gamma < 1:
-        raise ValueError(f"num_assistant_tokens (γ) must be an integer >= 1, got {gamma!r}")
-    return gamma
+    values = list(gamma) if isinstance(gamma, (list, tuple)) else [gamma]
+    if not values or any(not isinstance(g, int) or isinstance(g, bool) or g < 1 for g in values):
+        raise ValueError(f"num_assistant_tokens (γ) must be an integer >= 1 or a list of them, got {gamma!r}")
+    if len(set(values)) < len(values):
+        raise ValueError(f"num_assistant_tokens lists a γ twice: {gamma!r}; give each value once")
+    return gamma if isinstance(gamma, int) else values
 
 
 def _move_stop_strings(kwargs: dict) -> None:

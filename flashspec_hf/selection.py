@@ -1,10 +1,18 @@
-"""Online draft selection: which assistant (arm) drafts the next step, from past acceptance only.
+"""Online draft selection: which arm drafts the next step, from past steps only.
 
-Exactness does not depend on the selector: the arm is chosen before the step's draft is sampled, from the
-acceptance of earlier steps, so the verification of every step is an ordinary speculative-sampling step.
+An *arm* is a draft source (an assistant model or prompt lookup) with its speculation length γ; with
+``num_assistant_tokens=[2, 4, 8]`` every source is paired with every γ. Exactness does not depend on the selector:
+the arm is chosen before the step's draft is sampled, from the outcome of earlier steps, so the verification of
+every step is an ordinary speculative-sampling step.
 
-Reward of a step: the fraction of drafted tokens accepted, averaged over the batch rows that were still
-generating, in ``[0, 1]``.
+Every selector values an arm by the tokens a step is expected to produce, ``1 + E[accepted]`` (accepted draft
+tokens plus the recovered or bonus token), or, with ``cost_aware=True``, by those tokens per second of step time
+(a bigger assistant accepts more but costs more: acceptance alone always picks the biggest). Step time is the
+host wall time between the loop's per-step synchronisations, so measuring it adds no synchronisation.
+
+Bandit selectors (UCB1, Thompson sampling, their discounted variants) learn from the drafting arm's acceptance
+only. :class:`Hedge` is full-information: after each step every arm is scored on the verified tokens (its greedy
+agreement with them), at the price of every assistant catching up on the new tokens each step.
 """
 
 from __future__ import annotations
@@ -14,62 +22,103 @@ import random
 from abc import ABC, abstractmethod
 
 
+def expected_accepted(alpha: float, gamma: int) -> float:
+    """E[accepted draft tokens] of a step with per-token acceptance rate α and γ drafts: Σ_{k=1..γ} α^k
+    (Leviathan et al. 2023, eq. 1, without the bonus token)."""
+    return sum(alpha**k for k in range(1, gamma + 1))
+
+
 class Selector(ABC):
     """One small interface for every selector.
 
-    ``reset(num_arms)`` is called at the start of each ``generate`` call that built the selector from a name;
-    a selector instance passed by the user keeps its statistics across calls.
+    ``reset(num_arms, gammas)`` is called at the start of each ``generate`` call that built the selector from a
+    name; a selector instance passed by the user keeps its statistics across calls with the same arms.
+
+    Args:
+        cost_aware: value arms by expected tokens per second of step time instead of tokens per step.
     """
 
     num_arms: int = 0
+    full_information: bool = False
+    """True for selectors that want every arm scored after every step (:meth:`update_all`)."""
 
-    def reset(self, num_arms: int) -> None:
-        """Forget all statistics; ``num_arms`` arms."""
+    def __init__(self, cost_aware: bool = False):
+        self.cost_aware = cost_aware
+
+    def reset(self, num_arms: int, gammas: list[int] | None = None) -> None:
+        """Forget all statistics; ``num_arms`` arms drafting ``gammas[a]`` tokens per step (default all 4)."""
         self.num_arms = num_arms
+        self.gammas = list(gammas) if gammas is not None else [4] * num_arms
         self.pulls = [0] * num_arms  # steps drafted by each arm
+        self.seconds = [0.0] * num_arms  # step seconds summed per arm
 
-    def ensure(self, num_arms: int) -> None:
-        """Reset if the selector has never been used or was used with another number of arms."""
-        if self.num_arms != num_arms:
-            self.reset(num_arms)
+    def ensure(self, num_arms: int, gammas: list[int] | None = None) -> None:
+        """Reset if the selector has never been used or was used with other arms."""
+        if self.num_arms != num_arms or (gammas is not None and self.gammas != list(gammas)):
+            self.reset(num_arms, gammas)
 
     @abstractmethod
     def select(self) -> int:
         """Index of the arm that drafts the next step."""
 
-    def update(self, arm: int, accepted: list[int], gamma: int) -> None:
+    def update(self, arm: int, accepted: list[int], gamma: int, seconds: float | None = None) -> None:
         """Record one step.
 
         Args:
             arm: the arm that drafted.
             accepted: accepted draft tokens of each row still generating (each in ``[0, γ]``).
-            gamma: draft tokens per step (γ).
+            gamma: draft tokens of the step (γ).
+            seconds: the step's wall time (s), None if not measured.
         """
         self.pulls[arm] += 1
+        self.seconds[arm] += seconds or 0.0
         self.observe(arm, sum(accepted) / (gamma * max(len(accepted), 1)))
 
     def observe(self, arm: int, reward: float) -> None:
-        """Hook for selectors that keep their own reward statistics; ``reward`` in ``[0, 1]``."""
+        """Hook for selectors that keep their own reward statistics; ``reward`` = accepted / drafted in ``[0, 1]``."""
+
+    def update_all(self, successes: list[float], trials: list[float]) -> None:
+        """Full-information hook: each arm's agreeing tokens and tested tokens on the step's verified tokens."""
+
+    def step_cost(self, arm: int) -> float:
+        """Mean step seconds of ``arm`` (1 when not cost-aware; the cheapest measured arm's for an unpulled one)."""
+        if not self.cost_aware:
+            return 1.0
+        measured = [s / n for s, n in zip(self.seconds, self.pulls, strict=True) if n and s > 0]
+        if self.pulls[arm] and self.seconds[arm] > 0:
+            return self.seconds[arm] / self.pulls[arm]
+        return min(measured, default=1.0)
+
+    def value(self, arm: int, accepted: float) -> float:
+        """Tokens per step ``1 + accepted`` (per second of step time when cost-aware) of ``arm``."""
+        return (1.0 + accepted) / self.step_cost(arm)
+
+    def _best(self, values: list[float]) -> int:
+        return max(range(self.num_arms), key=values.__getitem__)
 
 
 class UCB1(Selector):
-    """UCB1 (Auer, Cesa-Bianchi & Fischer 2002): pick ``argmax mean_a + sqrt(c * ln n / n_a)``, each arm once first.
+    """UCB1 (Auer, Cesa-Bianchi & Fischer 2002): the arm maximising the optimistic index
+    ``u_a = mean_a + sqrt(c ln n / n_a)`` of its reward (accepted / drafted), each arm once first.
 
-    With ``discount < 1`` it is discounted UCB (Garivier & Moulines 2011): every step first multiplies all arms'
-    reward sums and counts ``n_a`` by ``discount``, so old acceptance fades (effective memory ``1 / (1 - discount)``
-    steps) and the choice follows a stream whose best arm changes.
+    Arms of different γ or cost are compared by the optimistic value ``(1 + γ_a u_a) / cost_a``; with one γ and
+    no cost that is the plain UCB1 choice. With ``discount < 1`` it is discounted UCB (Garivier & Moulines 2011):
+    every step first multiplies all arms' reward sums and counts by ``discount``, so old acceptance fades
+    (memory ``1 / (1 - discount)`` steps) and the choice follows a stream whose best arm changes.
 
     Args:
         exploration: ``c``; 2 is the constant of UCB1's regret bound.
         discount: in ``(0, 1]``; 1 is plain UCB1.
+        cost_aware: see :class:`Selector`.
     """
 
-    def __init__(self, exploration: float = 2.0, discount: float = 1.0):
+    def __init__(self, exploration: float = 2.0, discount: float = 1.0, cost_aware: bool = False):
+        super().__init__(cost_aware)
         self.exploration = exploration
         self.discount = discount
 
-    def reset(self, num_arms: int) -> None:
-        super().reset(num_arms)
+    def reset(self, num_arms: int, gammas: list[int] | None = None) -> None:
+        super().reset(num_arms, gammas)
         self.reward_sum = [0.0] * num_arms
         self.weight = [0.0] * num_arms  # discounted pull counts
 
@@ -84,36 +133,36 @@ class UCB1(Selector):
             if n == 0:
                 return arm
         log_n = math.log(max(sum(self.weight), 1.0 + 1e-9))
-        scores = [
-            s / w + math.sqrt(self.exploration * log_n / w) for s, w in zip(self.reward_sum, self.weight, strict=True)
-        ]
-        return max(range(self.num_arms), key=scores.__getitem__)
+        index = [s / w + math.sqrt(self.exploration * log_n / w) for s, w in zip(self.reward_sum, self.weight, strict=True)]
+        return self._best([self.value(a, self.gammas[a] * u) for a, u in enumerate(index)])
 
 
 class ThompsonSampling(Selector):
     """Thompson sampling with a Beta-Bernoulli model of per-token acceptance (Thompson 1933; Agrawal & Goyal 2012).
 
-    Every tested draft token is a Bernoulli trial (accepted or the first rejection): the posterior of arm ``a``'s
-    acceptance rate α is ``Beta(1 + accepted_a, 1 + rejected_a)``; the arm with the largest posterior draw drafts.
-    Expected accepted tokens per step grow with α, so this also maximises τ. With ``discount < 1`` it is discounted
-    Thompson sampling (Raj & Kalyani 2017): all arms' counts are multiplied by ``discount`` every step.
+    Every tested draft token is a Bernoulli trial (accepted, or the first rejection): the posterior of arm ``a``'s
+    acceptance rate α is ``Beta(1 + accepted_a, 1 + rejected_a)``; the arm whose posterior draw has the largest
+    value (``1 + Σ_k α^k`` tokens per step, per second when cost-aware) drafts. With ``discount < 1`` it is
+    discounted Thompson sampling (Raj & Kalyani 2017): all arms' counts are multiplied by ``discount`` every step.
 
     Args:
         seed: seed of the selector's own random generator (host side; generation randomness is untouched).
         discount: in ``(0, 1]``; 1 is plain Thompson sampling.
+        cost_aware: see :class:`Selector`.
     """
 
-    def __init__(self, seed: int = 0, discount: float = 1.0):
+    def __init__(self, seed: int = 0, discount: float = 1.0, cost_aware: bool = False):
+        super().__init__(cost_aware)
         self.rng = random.Random(seed)
         self.discount = discount
 
-    def reset(self, num_arms: int) -> None:
-        super().reset(num_arms)
+    def reset(self, num_arms: int, gammas: list[int] | None = None) -> None:
+        super().reset(num_arms, gammas)
         self.successes = [0.0] * num_arms
         self.failures = [0.0] * num_arms
 
-    def update(self, arm: int, accepted: list[int], gamma: int) -> None:
-        super().update(arm, accepted, gamma)
+    def update(self, arm: int, accepted: list[int], gamma: int, seconds: float | None = None) -> None:
+        super().update(arm, accepted, gamma, seconds)
         self.successes = [x * self.discount for x in self.successes]
         self.failures = [x * self.discount for x in self.failures]
         self.successes[arm] += sum(accepted)
@@ -121,7 +170,56 @@ class ThompsonSampling(Selector):
 
     def select(self) -> int:
         draws = [self.rng.betavariate(1 + a, 1 + b) for a, b in zip(self.successes, self.failures, strict=True)]
-        return max(range(self.num_arms), key=draws.__getitem__)
+        return self._best([self.value(a, expected_accepted(x, self.gammas[a])) for a, x in enumerate(draws)])
+
+
+class Hedge(Selector):
+    """Full-information selection with Hedge (exponential weights; Freund & Schapire 1997), as HedgeSpec
+    (ICLR 2026) proposes for draft selection: not a bandit, every arm is scored every step.
+
+    After a step, each arm's greedy predictions of the verified tokens are compared with them (no extra target
+    forward: the assistants only catch up on the new tokens, which they would do anyway when picked). An arm's
+    leading agreement is a censored sample of its acceptance, exactly as a drafted step is: ``successes`` agreeing
+    tokens out of ``trials`` tested. The step's gain of arm ``a`` is its value at the step's agreement rate,
+    normalised to ``[0, 1]``; the arm is drawn with probability ``∝ exp(η_t G_a)`` of the (discounted) cumulative
+    gains ``G``, with the anytime rate ``η_t = learning_rate · sqrt(ln K / t)``.
+
+    Args:
+        learning_rate: scale of ``η_t``; larger follows the leader sooner.
+        discount: in ``(0, 1]``, multiplies past gains every step (1: plain Hedge).
+        seed: seed of the selector's own random generator.
+        cost_aware: see :class:`Selector`.
+    """
+
+    full_information = True
+
+    def __init__(self, learning_rate: float = 2.0, discount: float = 1.0, seed: int = 0, cost_aware: bool = False):
+        super().__init__(cost_aware)
+        self.learning_rate = learning_rate
+        self.discount = discount
+        self.rng = random.Random(seed)
+
+    def reset(self, num_arms: int, gammas: list[int] | None = None) -> None:
+        super().reset(num_arms, gammas)
+        self.gains = [0.0] * num_arms
+        self.rounds = 0.0  # discounted number of scored steps
+
+    def update_all(self, successes: list[float], trials: list[float]) -> None:
+        values = [
+            self.value(a, expected_accepted(s / t if t else 0.0, self.gammas[a]))
+            for a, (s, t) in enumerate(zip(successes, trials, strict=True))
+        ]
+        top = (1 + max(self.gammas)) / min(self.step_cost(a) for a in range(self.num_arms))
+        self.gains = [g * self.discount + v / top for g, v in zip(self.gains, values, strict=True)]
+        self.rounds = self.rounds * self.discount + 1
+
+    def select(self) -> int:
+        if not self.rounds:
+            return self.rng.randrange(self.num_arms)
+        eta = self.learning_rate * math.sqrt(math.log(max(self.num_arms, 2)) / self.rounds)
+        top = max(self.gains)
+        weights = [math.exp(eta * (g - top)) for g in self.gains]
+        return self.rng.choices(range(self.num_arms), weights=weights)[0]
 
 
 class RoundRobin(Selector):
@@ -135,27 +233,31 @@ class FixedArm(Selector):
     """Always the same arm (a single-assistant baseline)."""
 
     def __init__(self, arm: int = 0):
+        super().__init__()
         self.arm = arm
 
     def select(self) -> int:
         if not 0 <= self.arm < self.num_arms:
-            raise ValueError(f"FixedArm({self.arm}) but only {self.num_arms} assistants were given")
+            raise ValueError(f"FixedArm({self.arm}) but only {self.num_arms} arms were given")
         return self.arm
 
 
 SELECTORS = {
     "thompson": ThompsonSampling,
     "ucb1": UCB1,
+    "hedge": Hedge,
     "discounted_thompson": lambda: ThompsonSampling(discount=0.998),
     "discounted_ucb": lambda: UCB1(discount=0.998),
+    "cost_aware_thompson": lambda: ThompsonSampling(cost_aware=True),
+    "cost_aware_hedge": lambda: Hedge(cost_aware=True),
     "round_robin": RoundRobin,
     "fixed": FixedArm,
 }
 
 
-def make_selector(spec: str | Selector | None, num_arms: int) -> Selector:
-    """Selector from a name in :data:`SELECTORS` (a fresh one; the discounted ones use ``discount=0.998``, a memory of about 500 steps) or an
-    instance (kept as is); None = Thompson.
+def make_selector(spec: str | Selector | None, num_arms: int, gammas: list[int] | None = None) -> Selector:
+    """Selector from a name in :data:`SELECTORS` (a fresh one; the discounted ones use ``discount=0.998``, a
+    memory of about 500 steps) or an instance (kept as is); None = Thompson. ``gammas``: γ of each arm.
 
     Raises:
         ValueError: unknown name. TypeError: neither a name nor a :class:`Selector`.
@@ -166,9 +268,9 @@ def make_selector(spec: str | Selector | None, num_arms: int) -> Selector:
         if spec not in SELECTORS:
             raise ValueError(f"unknown selector {spec!r}; choose one of {sorted(SELECTORS)} or pass a Selector")
         selector = SELECTORS[spec]()
-        selector.reset(num_arms)
+        selector.reset(num_arms, gammas)
         return selector
     if not isinstance(spec, Selector):
         raise TypeError(f"selector must be a name or a flashspec_hf.Selector, got {type(spec).__name__}")
-    spec.ensure(num_arms)
+    spec.ensure(num_arms, gammas)
     return spec

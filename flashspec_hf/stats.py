@@ -10,25 +10,36 @@ class FlashSpecStats:
     """What one ``generate(..., flashspec=True)`` call did.
 
     Attributes:
-        arm_names: one name per assistant (its ``config.name_or_path`` or ``assistant_<i>``).
-        num_assistant_tokens: ``γ``, draft tokens per step.
-        arms: the arm (assistant index) chosen at each step.
+        arm_names: one name per arm: the draft source's name (its ``config.name_or_path``, ``prompt_lookup`` or
+            ``assistant_<i>``), with ``@γ`` appended when several γ were given.
+        num_assistant_tokens: ``γ``, draft tokens per step (the largest, when arms differ).
+        arm_gammas: γ of each arm (default: ``num_assistant_tokens`` for every arm).
+        arms: the arm chosen at each step.
         accepted: per step, the accepted draft tokens of each row still generating at that step.
+        step_seconds: wall time of each step (s), measured between the loop's per-step synchronisations.
         new_tokens: tokens generated, all rows together.
         seconds: wall time of the decoding loop (s).
     """
 
     arm_names: list[str]
     num_assistant_tokens: int
+    arm_gammas: list[int] | None = None
     arms: list[int] = field(default_factory=list)
     accepted: list[list[int]] = field(default_factory=list)
+    step_seconds: list[float] = field(default_factory=list)
     new_tokens: int = 0
     seconds: float = 0.0
 
-    def record(self, arm: int, accepted: list[int]) -> None:
-        """Add one step: the arm that drafted and each active row's accepted draft tokens."""
+    def __post_init__(self):
+        if self.arm_gammas is None:
+            self.arm_gammas = [self.num_assistant_tokens] * len(self.arm_names)
+
+    def record(self, arm: int, accepted: list[int], seconds: float | None = None) -> None:
+        """Add one step: the arm that drafted, each active row's accepted draft tokens, the step's seconds."""
         self.arms.append(arm)
         self.accepted.append(accepted)
+        if seconds is not None:
+            self.step_seconds.append(seconds)
 
     @property
     def steps(self) -> int:
@@ -46,11 +57,10 @@ class FlashSpecStats:
         """α per arm that drafted: accepted / tested draft tokens, where a step tests its accepted tokens plus the
         first rejected one (if any); the maximum-likelihood per-token acceptance rate. NaN-free: unused arms
         are left out."""
-        gamma = self.num_assistant_tokens
         acc, tested = [0] * len(self.arm_names), [0] * len(self.arm_names)
         for arm, step in zip(self.arms, self.accepted, strict=True):
             acc[arm] += sum(step)
-            tested[arm] += sum(step) + sum(n < gamma for n in step)
+            tested[arm] += sum(step) + sum(n < self.arm_gammas[arm] for n in step)
         return {name: acc[i] / tested[i] for i, name in enumerate(self.arm_names) if tested[i]}
 
     @property

@@ -14,7 +14,7 @@ from transformers.generation.logits_process import (
 )
 
 import flashspec_hf.decoding
-from flashspec_hf import RoundRobin
+from flashspec_hf import SELECTORS, PromptLookup, RoundRobin
 
 from .conftest import tiny_llama
 
@@ -52,7 +52,7 @@ def _exact(target, warpers):
     return probs
 
 
-def _sample_counts(target, drafts, temperature, top_k, top_p, gamma):
+def _sample_counts(target, drafts, temperature, top_k, top_p, gamma, selector=None):
     torch.manual_seed(2024)
     ids = torch.tensor(PROMPT).expand(SAMPLES, -1)
     out = target.generate(
@@ -65,7 +65,7 @@ def _sample_counts(target, drafts, temperature, top_k, top_p, gamma):
         max_new_tokens=NEW,
         num_assistant_tokens=gamma,
         assistant_models=drafts,
-        selector=RoundRobin(),
+        selector=selector or RoundRobin(),
         flashspec=True,
     )
     codes = (out[:, len(PROMPT):] * torch.tensor([VOCAB**2, VOCAB, 1])).sum(-1)
@@ -93,6 +93,16 @@ def test_joint_distribution_matches_target(models, temperature, top_k, top_p, ga
     assert set(stats.arms[:2]) == {0, 1}, "the selector switches assistants every step"
     assert 0 < sum(map(sum, stats.accepted)) < SAMPLES * stats.steps * gamma, "ragged: some drafts rejected"
     assert _p_value(counts, _exact(target, _warpers(temperature, top_k, top_p))) > ALPHA
+
+
+@pytest.mark.parametrize("selector", sorted(SELECTORS))
+def test_every_selector_over_models_prompt_lookup_and_two_gammas_is_exact(models, selector):
+    """Arms (source, γ) over two models and prompt lookup (one-hot q), every named selector: the same gate."""
+    target, drafts = models
+    counts = _sample_counts(target, [*drafts, PromptLookup()], 1.0, 0, 1.0, [1, 2], selector)
+    stats = target.flashspec_stats
+    assert 0 < sum(map(sum, stats.accepted)) < sum(len(s) * stats.arm_gammas[a] for a, s in zip(stats.arms, stats.accepted))
+    assert _p_value(counts, _exact(target, _warpers(1.0, 0, 1.0))) > ALPHA
 
 
 def test_the_gate_rejects_a_sampler_that_skips_verification(models, monkeypatch):

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 import transformers
 from packaging.version import Version
 
-from flashspec_hf import RoundRobin
+from flashspec_hf import SELECTORS, PromptLookup, RoundRobin
 from flashspec_hf.columns import SLIDING_WINDOW_MIN_VERSION
 
 from .conftest import left_padded, tiny_llama
@@ -150,3 +150,25 @@ def test_sliding_window_target_batch_one_and_clear_error_for_batches():
     assert torch.equal(got[0], _stock(model, row, max_new_tokens=20))  # past the 8-token window
     with pytest.raises(NotImplementedError, match="batch size 1"):
         _flash(model, [model], PROMPTS, max_new_tokens=4)
+
+
+@pytest.mark.parametrize("selector", sorted(SELECTORS))
+def test_every_selector_with_prompt_lookup_and_several_gammas_equals_stock(target, assistants, selector):
+    """Arms = (source, γ) pairs over two models and prompt lookup; any selector, ragged batch: still stock output."""
+    rows = PROMPTS + [[9, 10, 11, 9, 10, 11, 9, 10]]  # a repeating row, where prompt lookup drafts well
+    got = _flash(target, [*assistants, PromptLookup()], rows, max_new_tokens=24, num_assistant_tokens=[2, 5],
+                 selector=selector)
+    stats = target.flashspec_stats
+    assert len(stats.arm_names) == 6 and stats.arm_gammas == [2, 5] * 3
+    for row, out in zip(rows, got):
+        want = _stock(target, row, max_new_tokens=24)
+        assert torch.equal(out[: len(want)], want)
+
+
+def test_prompt_lookup_alone_accepts_on_a_repeating_output(target):
+    """The target repeats itself at some point under greedy decoding; prompt lookup then drafts what follows."""
+    row = PROMPTS[0]
+    want = _stock(target, row, max_new_tokens=60)
+    got = _flash(target, [PromptLookup()], [row], max_new_tokens=60, num_assistant_tokens=3)
+    assert torch.equal(got[0], want)
+    assert sum(map(sum, target.flashspec_stats.accepted)) > 0

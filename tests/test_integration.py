@@ -113,6 +113,7 @@ def test_stats_are_consistent(target, assistants):
     assert s.new_tokens == out.shape[1] - 3 == 16
     assert sum(map(sum, s.accepted)) + s.steps >= 16 and 1.0 <= s.tau <= 4.0
     assert abs(sum(s.arm_share.values()) - 1.0) < 1e-9 and s.tokens_per_second > 0
+    assert len(s.step_seconds) == s.steps and min(s.step_seconds) > 0 and sum(s.step_seconds) <= s.seconds
 
 
 def _error(target, match, exc=ValueError, **kw):
@@ -132,6 +133,8 @@ def test_bad_input_raises_clear_errors(target, assistants):
     elsewhere = copy.deepcopy(assistants[0]).to("meta")
     _error(target, "move it with", assistant_models=[elsewhere])
     _error(target, "num_assistant_tokens", assistant_models=assistants, num_assistant_tokens=0)
+    _error(target, "or a list of them", assistant_models=assistants, num_assistant_tokens=[2, 0])
+    _error(target, "a γ twice", assistant_models=assistants, num_assistant_tokens=[2, 2])
     _error(target, "unknown selector", assistant_models=assistants, selector="greedy-bandit")
     _error(target, "stop_strings needs the tokenizer", assistant_models=assistants, stop_strings=["w5"])
 

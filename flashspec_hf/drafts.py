@@ -1,0 +1,178 @@
+"""Draft sources: what proposes the γ tokens of a step. An assistant model with its own KV cache, or prompt
+lookup (model-free n-gram matching). Each source also predicts the tokens a step verified, which full-information
+selection scores (:class:`~flashspec_hf.selection.Hedge`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel
+
+from .columns import ColumnCache, Columns
+from .processing import Sequences
+
+DraftProcessor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""``(logits [B, 1, V], drafts_so_far int64 [B, i]) -> float32 [B, 1, V]`` processed draft logits."""
+
+
+@dataclass
+class DraftContext:
+    """What a source may read: the shared column layout, the rows' tokens and the generation settings.
+
+    Attributes:
+        columns: the column layout shared with the target (:mod:`flashspec_hf.columns`).
+        sequences: prompt + generated tokens of every row.
+        process: generate's processors for one position of draft logits.
+        vocab_size: the target's vocabulary size ``V``.
+        do_sample: sample drafts from ``q`` (True) or take its argmax.
+    """
+
+    columns: Columns
+    sequences: Sequences
+    process: DraftProcessor
+    vocab_size: int
+    do_sample: bool
+
+
+class DraftSource(ABC):
+    """Proposes draft tokens; one source may serve several arms (one per γ)."""
+
+    @abstractmethod
+    def propose(self, ctx: DraftContext, gamma: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """γ draft tokens after every row.
+
+        Returns:
+            drafts int64 ``[B, γ]`` and the logits ``q`` float32 ``[B, γ, V]`` they were sampled from (None when
+            greedy: verification then compares tokens only).
+        """
+
+    @abstractmethod
+    def predict(self, ctx: DraftContext, num_new_before: torch.Tensor, width: int) -> torch.Tensor:
+        """Greedy predictions of the step's ``width`` emitted-token positions, each from the emitted tokens
+        before it (teacher forcing), called after ``ctx.columns`` and ``ctx.sequences`` got the step's tokens.
+
+        Args:
+            num_new_before: int64 ``[B]`` tokens each row had generated before the step.
+
+        Returns:
+            int64 ``[B, width]``; only positions up to each row's accepted count are meaningful.
+        """
+
+    def crop(self, length: int) -> None:
+        """Forget cached columns from ``length`` on (sources without a cache ignore it)."""
+
+
+class ModelDrafts(DraftSource):
+    """Drafts from an assistant model: ``γ`` forwards on its own cache (the first one also catches up on the
+    columns it has not seen), each token drawn from the processed logits ``q`` (generate's processors applied once).
+
+    Args:
+        model: a causal LM with the target's tokenizer (its vocabulary may be padded differently, or reduced to
+            the ids of a ``draft_vocab_ids`` buffer).
+        vocab_size: the target's ``V``.
+    """
+
+    def __init__(self, model: PreTrainedModel, vocab_size: int):
+        self.cache = ColumnCache(model, vocab_size)
+        self.token_ids = getattr(model, "draft_vocab_ids", None)
+
+    def propose(self, ctx: DraftContext, gamma: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        device = ctx.columns.tokens.device
+        drafts = ctx.columns.tokens.new_empty(ctx.columns.tokens.shape[0], 0)  # [B, i]
+        scores = []
+        for _ in range(gamma):
+            logits = self.cache.forward(ctx.columns, drafts, logits_to_keep=1)  # [B, 1, V_draft]
+            q = ctx.process(self._fit(logits, ctx.vocab_size).to(device), drafts)  # [B, 1, V]
+            drafts = torch.cat([drafts, _draw(q[:, 0], ctx.do_sample)], dim=1)
+            scores.append(q)
+        return drafts, torch.cat(scores, dim=1) if ctx.do_sample else None  # [B, γ], [B, γ, V]
+
+    def predict(self, ctx: DraftContext, num_new_before: torch.Tensor, width: int) -> torch.Tensor:
+        # the pending column stays unseen: the next draft forward needs one input column
+        seen = ctx.columns.prefix(ctx.columns.length - 1)
+        logits = self.cache.forward(seen, seen.tokens[:, :0], logits_to_keep=width)  # [B, width, V_draft]
+        return self._fit(logits, ctx.vocab_size).argmax(dim=-1).to(ctx.columns.tokens.device)  # [B, width]
+
+    def crop(self, length: int) -> None:
+        self.cache.crop(length)
+
+    def _fit(self, logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """Draft logits on the target's vocabulary, ``[..., V]``; tokens the draft cannot propose get ``-inf``.
+
+        ``logits`` ``[..., V_draft]`` with entry ``i`` for token ``i`` (extra entries dropped, missing ones
+        ``-inf``), or ``[..., S]`` with entry ``i`` for token ``token_ids[i]`` (a reduced draft head).
+        """
+        if self.token_ids is not None:
+            full = logits.new_full((*logits.shape[:-1], vocab_size), float("-inf"))  # [..., V]
+            return full.scatter_(-1, self.token_ids.expand(*logits.shape[:-1], -1), logits)
+        extra = logits.shape[-1] - vocab_size
+        if extra >= 0:
+            return logits[..., :vocab_size]
+        return torch.nn.functional.pad(logits, (0, -extra), value=float("-inf"))
+
+
+class PromptLookup(DraftSource):
+    """Model-free drafts by n-gram lookup in the row's own tokens (prompt lookup decoding, Saxena 2023; the
+    idea of transformers' ``prompt_lookup_num_tokens``), on the device for every row at once.
+
+    The row's last ``n`` tokens are searched for in its earlier tokens, longest ``n`` first (``max_ngram`` down to
+    ``min_ngram``); the tokens that followed the latest match are proposed, continued periodically when the match
+    is close to the end. Without a match the last token is repeated. The proposal is deterministic, so ``q`` is
+    one-hot and speculative sampling accepts a draft with probability ``p(draft)``: exact at any temperature.
+    Pass an instance in ``assistant_models``; strong on code and on outputs that repeat the prompt.
+
+    Args:
+        max_ngram, min_ngram: lengths of the searched suffix, ``1 <= min_ngram <= max_ngram``.
+
+    Raises:
+        ValueError: invalid n-gram lengths.
+    """
+
+    name = "prompt_lookup"
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+        if not 1 <= min_ngram <= max_ngram:
+            raise ValueError(f"PromptLookup needs 1 <= min_ngram <= max_ngram, got {min_ngram} and {max_ngram}")
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+
+    def propose(self, ctx: DraftContext, gamma: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        seq = ctx.sequences
+        drafts = self._lookup(seq.buffer, seq.prompt_length + seq.num_new, gamma)  # [B, γ]
+        if not ctx.do_sample:
+            return drafts, None
+        q = torch.full((*drafts.shape, ctx.vocab_size), float("-inf"), device=drafts.device)  # [B, γ, V]
+        return drafts, q.scatter_(-1, drafts.unsqueeze(-1), 0.0)
+
+    def predict(self, ctx: DraftContext, num_new_before: torch.Tensor, width: int) -> torch.Tensor:
+        ends = ctx.sequences.prompt_length + num_new_before  # [B]
+        return torch.cat([self._lookup(ctx.sequences.buffer, ends + i, 1) for i in range(width)], dim=1)
+
+    def _lookup(self, buffer: torch.Tensor, ends: torch.Tensor, gamma: int) -> torch.Tensor:
+        """int64 ``[B, γ]`` proposals after ``buffer[b, :ends[b]]`` (``buffer`` int64 ``[B, C]``, ``ends`` ``[B]``)."""
+        steps = torch.arange(gamma, device=buffer.device)  # [γ]
+        follow = ends - 1  # [B] fallback: the last token, repeated (period 1)
+        done = torch.zeros_like(ends, dtype=torch.bool)  # [B] a longer n-gram matched
+        for n in range(self.max_ngram, self.min_ngram - 1, -1):
+            if buffer.shape[1] <= n:
+                continue
+            key = buffer.gather(1, (ends.unsqueeze(1) - n + torch.arange(n, device=buffer.device)).clamp(min=0))
+            windows = buffer.unfold(1, n, 1)  # [B, C - n + 1, n], window j = buffer[:, j : j + n]
+            starts = torch.arange(windows.shape[1], device=buffer.device)  # [C - n + 1]
+            match = (windows == key.unsqueeze(1)).all(-1) & (starts + n < ends.unsqueeze(1))  # [B, C - n + 1]
+            latest = torch.where(match, starts, -1).amax(dim=1)  # [B]
+            found = (latest >= 0) & ~done
+            follow = torch.where(found, latest + n, follow)
+            done |= found
+        period = ends - follow  # [B] >= 1
+        return buffer.gather(1, follow.unsqueeze(1) + steps % period.unsqueeze(1))  # [B, γ]
+
+
+def _draw(q: torch.Tensor, do_sample: bool) -> torch.Tensor:
+    """One token ``[B, 1]`` from processed logits ``q`` ``[B, V]``: sampled, or the argmax."""
+    if do_sample:
+        return torch.multinomial(q.softmax(dim=-1), num_samples=1)
+    return q.argmax(dim=-1, keepdim=True)
