@@ -32,6 +32,7 @@ from .drafts import DraftContext, DraftSource, ModelDrafts
 from .kernels.reference import PLACEHOLDER_TOKEN_ID
 from .processing import Groups, LogitsProcessing, Sequences
 from .selection import Selector, make_selector
+from .static import check_static_support, static_decode
 from .stats import FlashSpecStats
 from .verification import verify
 
@@ -47,6 +48,7 @@ def speculative_decode(
     num_assistant_tokens: int | list[int],
     attention_mask: torch.Tensor | None = None,
     streamer=None,
+    static: bool = False,
 ) -> GenerateDecoderOnlyOutput | torch.LongTensor:
     """Generate with the target ``model`` and draft ``assistants``; same distribution as ``model`` alone.
 
@@ -59,6 +61,8 @@ def speculative_decode(
         selector: picks the arm of each step; a name or a :class:`~flashspec_hf.selection.Selector`.
         num_assistant_tokens: ``γ`` >= 1, or several: every source is then paired with every γ (one arm each).
         streamer: a transformers streamer (batch 1), fed each step's emitted tokens.
+        static: run the static-shape loop of :mod:`flashspec_hf.static` (static caches, no per-step
+            synchronisation, CUDA graphs on the GPU).
 
     Returns:
         ``[B, L + N]`` sequences, or a ``GenerateDecoderOnlyOutput`` (``sequences``, ``scores``, ``logits``;
@@ -105,6 +109,13 @@ def speculative_decode(
     active = [True] * batch_size
     steps_left = max_new_tokens > 0
     step_start = time.perf_counter()
+    if static:
+        check_static_support(model, sources, processing, criteria, streamer, want_scores or want_logits, selector)
+        sequences = static_decode(
+            model, input_ids, attention_mask, processing, eos, max_new_tokens, pad_token_id, sources, arms,
+            selector, generation_config.do_sample, stats,
+        )
+        steps_left = False
     while steps_left:
         length = columns.length
         candidates, draft_logits = generator.get_candidates(columns.tokens)

@@ -27,7 +27,6 @@ _VOCAB_PADDING_TOLERANCE = 1024  # vocabularies this close are the same tokenize
 _UNSUPPORTED_KWARGS = {
     "past_key_values": "a pre-filled cache",
     "cache": "a pre-filled cache",
-    "cache_implementation": "a cache implementation other than the default dynamic cache",
     "output_attentions": "output_attentions",
     "output_hidden_states": "output_hidden_states",
 }
@@ -43,13 +42,15 @@ class FlashSpecDecoding:
         selector: a :class:`~flashspec_hf.selection.Selector` or a name (``"thompson"``, ``"ucb1"``, …).
         num_assistant_tokens: ``γ``, or a list of them (arms pair every source with every γ).
         streamer: the call's streamer (generate's hook drops it, so it travels here).
+        static: ``cache_implementation="static"`` was asked: the static-shape loop (:mod:`flashspec_hf.static`).
     """
 
-    def __init__(self, assistants: list, selector, num_assistant_tokens: int | list[int], streamer=None):
+    def __init__(self, assistants: list, selector, num_assistant_tokens: int | list[int], streamer=None, static=False):
         self.assistants = assistants
         self.selector = selector
         self.num_assistant_tokens = num_assistant_tokens
         self.streamer = streamer
+        self.static = static
 
     def __call__(self, model, input_ids, logits_processor, stopping_criteria, generation_config, **model_kwargs):
         if generation_config.num_beams > 1:
@@ -69,6 +70,7 @@ class FlashSpecDecoding:
             self.num_assistant_tokens,
             attention_mask=model_kwargs.get("attention_mask"),
             streamer=self.streamer,
+            static=self.static,
         )
 
 
@@ -92,7 +94,8 @@ def generate(self, *args, flashspec: bool = False, assistant_models=None, select
     _check_request(self, assistants, kwargs)
     gamma = _num_assistant_tokens(args, kwargs)
     _move_stop_strings(kwargs)
-    decoding = FlashSpecDecoding(assistants, selector, gamma, kwargs.get("streamer"))
+    static = _static_cache(kwargs)
+    decoding = FlashSpecDecoding(assistants, selector, gamma, kwargs.get("streamer"), static)
     return _original_generate(self, *args, custom_generate=decoding, **kwargs)
 
 
@@ -171,6 +174,17 @@ def _num_assistant_tokens(args: tuple, kwargs: dict) -> int | list[int]:
     if len(set(values)) < len(values):
         raise ValueError(f"num_assistant_tokens lists a γ twice: {gamma!r}; give each value once")
     return gamma if isinstance(gamma, int) else values
+
+
+def _static_cache(kwargs: dict) -> bool:
+    """Pop ``cache_implementation``: True for ``"static"``; flashspec builds its own caches either way."""
+    implementation = kwargs.pop("cache_implementation", None)
+    if implementation not in (None, "dynamic", "static"):
+        raise ValueError(
+            f"flashspec supports cache_implementation='static' (static caches, CUDA graphs) or the default dynamic "
+            f"cache, not {implementation!r}"
+        )
+    return implementation == "static"
 
 
 def _move_stop_strings(kwargs: dict) -> None:

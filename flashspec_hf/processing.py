@@ -70,17 +70,24 @@ class Sequences:
             return [(counts[0], None)] if counts else []
         return [(n, (self.num_new == n).unsqueeze(1)) for n in counts]
 
-    def append(self, tokens: torch.Tensor, counts: torch.Tensor, counts_host: list[int]) -> None:
+    def append(self, tokens: torch.Tensor, counts: torch.Tensor, counts_host: list[int] | None = None) -> None:
         """Append the first ``counts[b]`` of ``tokens[b]`` (int64 ``[B, n]``) to each row.
 
-        ``counts`` is int64 ``[B]`` on the device, ``counts_host`` the same numbers already on the host.
+        ``counts`` is int64 ``[B]`` on the device, ``counts_host`` the same numbers already on the host, or None
+        (the static loop: the host copies are brought up to date by :meth:`sync_counts` at the end).
         """
         n = tokens.shape[1]
         index = self.prompt_length + self.num_new.unsqueeze(1) + torch.arange(n, device=tokens.device)  # [B, n]
         keep = torch.arange(n, device=tokens.device) < counts.unsqueeze(1)  # [B, n]
         self.buffer.scatter_(1, index, torch.where(keep, tokens, self.pad_token_id))
         self.num_new += counts
-        self.num_new_host = [a + b for a, b in zip(self.num_new_host, counts_host, strict=True)]
+        if counts_host is not None:
+            self.num_new_host = [a + b for a, b in zip(self.num_new_host, counts_host, strict=True)]
+            self.max_new = max(self.num_new_host)
+
+    def sync_counts(self) -> None:
+        """Copy the generated-token counts to the host (one synchronisation)."""
+        self.num_new_host = self.num_new.tolist()
         self.max_new = max(self.num_new_host)
 
     def result(self) -> torch.Tensor:

@@ -53,3 +53,55 @@ def test_greedy_engine_on_cuda_equals_stock():
     for row, got in zip(rows, out[:, ids.shape[1]:]):
         want = target.generate(torch.tensor([row]).cuda(), max_new_tokens=24, do_sample=False)[0, len(row):]
         assert torch.equal(got[: len(want)], want)
+
+
+def _static_models():
+    target = tiny_llama(layers=2, seed=0, peak=8.0).cuda()
+    early_exit = tiny_llama(layers=1, seed=0, peak=8.0)
+    early_exit.load_state_dict(target.state_dict(), strict=False)
+    return target, [early_exit.cuda(), tiny_llama(layers=1, vocab=101, seed=5, peak=8.0).cuda()]
+
+
+def test_static_engine_with_cuda_graphs_equals_stock():
+    from flashspec_hf import PromptLookup, RoundRobin
+
+    target, drafts = _static_models()
+    rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60], [77, 3, 51, 51, 9]]
+    ids, mask = left_padded(rows)
+    for call in range(2):  # the second call replays the graphs the first captured
+        out = target.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=24, do_sample=False,
+                              assistant_models=[*drafts, PromptLookup()], selector=RoundRobin(),
+                              num_assistant_tokens=[2, 4], cache_implementation="static", flashspec=True)
+        for row, got in zip(rows, out[:, ids.shape[1]:]):
+            want = target.generate(torch.tensor([row]).cuda(), max_new_tokens=24, do_sample=False)[0, len(row):]
+            assert torch.equal(got[: len(want)], want), f"call {call}"
+    runners = target.__dict__["_flashspec_static_runners"]
+    assert any(runner.graphs for runner in runners.values()), "the target's verification forward was graphed"
+
+
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_static_steps_do_not_sync(monkeypatch, do_sample):
+    """Every step of the static loop is enqueued with no device-to-host synchronisation (CUDA graphs replayed)."""
+    import contextlib
+
+    import flashspec_hf.static
+
+    target, drafts = _static_models()
+    ids = torch.tensor([[5, 17, 33, 8, 90, 41, 7], [77, 3, 51, 51, 9, 4, 4]]).cuda()
+    kwargs = dict(max_new_tokens=32, do_sample=do_sample, assistant_models=drafts, num_assistant_tokens=3,
+                  cache_implementation="static", flashspec=True)
+    target.generate(ids, **kwargs)  # captures the graphs
+    steps = []
+
+    @contextlib.contextmanager
+    def no_sync():
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            yield
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        steps.append(1)
+
+    monkeypatch.setattr(flashspec_hf.static, "_step_guard", no_sync)
+    target.generate(ids, **kwargs)
+    assert len(steps) >= 4
