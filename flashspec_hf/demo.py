@@ -14,11 +14,10 @@ import json
 import sys
 
 import torch
-from datasets import concatenate_datasets
 
 import flashspec_hf  # noqa: F401  (installs the generate flag)
 
-from .data import chat_prompts, code_prompts, jsonl_prompts
+from .data import builtin_prompts, jsonl_prompts
 from .evaluation import compare_on_prompts, summarize
 from .models import distilled_assistants, early_exit_assistants, load_target
 from .selection import SELECTORS
@@ -27,8 +26,19 @@ from .selection import SELECTORS
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="flashspec-demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--prompts", help="JSONL file, one {'prompt': ..., 'domain': ...} per line (default: chat + code)")
-    p.add_argument("--num-prompts", type=int, default=3, help="prompts per domain (default 3)")
-    p.add_argument("--max-new-tokens", type=int, default=48)
+    add_run_args(p, num_prompts=3)
+    p.add_argument("--json", action="store_true", help="print machine-readable results on stdout")
+    return p.parse_args(argv)
+
+
+def add_run_args(p: argparse.ArgumentParser, num_prompts: int | None) -> None:
+    """The options ``flashspec-demo`` and ``flashspec-eval`` share: prompts per domain, generation settings, models.
+
+    ``num_prompts`` is the default of ``--num-prompts`` (None: every prompt of a file, 3 per built-in domain).
+    """
+    default = f"default {num_prompts}" if num_prompts else "default: all of a file, 3 per built-in domain"
+    p.add_argument("--num-prompts", type=int, default=num_prompts, help=f"prompts per domain ({default})")
+    p.add_argument("--max-new-tokens", type=int, default=48, help="new tokens per prompt (default 48)")
     p.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
     p.add_argument("--temperature", type=float, default=0.7, help="with --do-sample (default 0.7)")
     p.add_argument("--gamma", type=int, default=4, help="draft tokens per step, num_assistant_tokens (default 4)")
@@ -39,21 +49,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", help="target hub name or folder (default: the bundled SmolLM2-135M-Instruct)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    p.add_argument("--json", action="store_true", help="print machine-readable results on stdout")
-    return p.parse_args(argv)
+
+
+def load_models(args: argparse.Namespace) -> tuple:
+    """``(target, tokenizer, assistants)`` from :func:`add_run_args`' ``--model``, ``--dtype``, ``--device``,
+    ``--assistants`` and ``--depths``."""
+    target, tokenizer = load_target(args.model, dtype=getattr(torch, args.dtype), device=args.device)
+    if args.assistants == "distilled":
+        return target, tokenizer, distilled_assistants(target)
+    return target, tokenizer, early_exit_assistants(target, tuple(int(d) for d in args.depths.split(",")))
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    target, tokenizer = load_target(args.model, dtype=getattr(torch, args.dtype), device=args.device)
-    if args.assistants == "distilled":
-        assistants = distilled_assistants(target)
-    else:
-        assistants = early_exit_assistants(target, tuple(int(d) for d in args.depths.split(",")))
+    target, tokenizer, assistants = load_models(args)
     if args.prompts:
         prompts = jsonl_prompts(args.prompts, args.num_prompts)
     else:
-        prompts = concatenate_datasets([chat_prompts(tokenizer, args.num_prompts), code_prompts(args.num_prompts)])
+        prompts = builtin_prompts(tokenizer, args.num_prompts)
     kwargs = dict(max_new_tokens=args.max_new_tokens, do_sample=args.do_sample, num_assistant_tokens=args.gamma)
     kwargs["selector"] = args.selector
     if args.do_sample:
