@@ -80,10 +80,13 @@ def generate(self, *args, flashspec: bool = False, assistant_models=None, select
 
     ``assistant_models`` may mix models and :class:`~flashspec_hf.drafts.PromptLookup`; ``num_assistant_tokens``
     may be a list of γ values (every source is paired with every γ, and the selector picks among the pairs).
+    Assistants may sit on other devices than the target, and the target may be spread by accelerate
+    (``device_map``): tokens and logits move where they must. ``cache_implementation="static"`` selects the
+    static-shape loop (:mod:`flashspec_hf.static`; CUDA graphs when the model sits on one GPU).
 
     Raises:
         ValueError: ``flashspec=True`` without assistants, an empty list, an assistant with another vocabulary or
-            special tokens, on another device, an encoder-decoder model, beam search, an invalid γ, or an
+            special tokens, an encoder-decoder model, beam search, an invalid γ, or an
             unsupported option.
         TypeError: an assistant that is not a transformers causal LM.
     """
@@ -133,11 +136,6 @@ def _check_request(target: PreTrainedModel, assistants: list[PreTrainedModel], k
             )
         if assistant.config.is_encoder_decoder:
             raise ValueError(f"{name} is an encoder-decoder model; drafts must be decoder-only")
-        if assistant.device != target.device:
-            raise ValueError(
-                f"{name} is on {assistant.device} but the target is on {target.device}: "
-                f"move it with assistant.to({str(target.device)!r})"
-            )
         draft_vocab = assistant.config.get_text_config().vocab_size
         if abs(draft_vocab - target_vocab) > _VOCAB_PADDING_TOLERANCE:
             raise ValueError(

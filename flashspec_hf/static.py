@@ -109,7 +109,7 @@ class StaticRunner:
         embeddings = model.get_input_embeddings().num_embeddings
         self.max_token = embeddings - 1 if embeddings < vocab_size else None
         self.dtype = model.get_input_embeddings().weight.dtype
-        self.graph_shapes = graph_shapes if model.device.type == "cuda" else set()
+        self.graph_shapes = graph_shapes if _on_one_gpu(model) else set()
         self.graphs = {}  # (width, keep) -> (graph, ids, positions, mask, logits)
 
     @classmethod
@@ -177,6 +177,13 @@ class StaticRunner:
         for layer, offset in zip(self.cache.layers, offsets, strict=True):
             layer.cumulative_length.copy_(offset)
         return graph, *inputs, logits
+
+
+def _on_one_gpu(model: PreTrainedModel) -> bool:
+    """True when every weight of ``model`` lives on one CUDA device (no CPU or disk offload): CUDA graphs apply."""
+    placements = {str(p) for p in getattr(model, "hf_device_map", {}).values()} or {str(model.device)}
+    placements = {f"cuda:{p}" if p.isdigit() else p for p in placements}  # accelerate writes GPU 0 as 0
+    return len(placements) == 1 and placements.pop().startswith("cuda")
 
 
 def check_static_support(model, sources, processing: LogitsProcessing, criteria, streamer, want_outputs, selector):
@@ -261,7 +268,7 @@ def static_decode(
             else:
                 drafts, draft_logits = sources[source].propose(ctx, gamma)  # [B, γ], [B, γ, V] | None
                 columns.write_drafts(drafts)
-            logits = target.forward(columns, gamma + 1, gamma + 1)  # [B, γ+1, V]
+            logits = target.forward(columns, gamma + 1, gamma + 1).to(device)  # [B, γ+1, V]
             scores = warp(logits, drafts[:, :0])  # [B, γ+1, V] fp32 (context-free warpers only)
             output, num_accepted = verify(scores, drafts, draft_logits)  # [B, γ+1], [B]
             output = output.masked_fill(output == PLACEHOLDER_TOKEN_ID, pad_token_id)

@@ -105,3 +105,45 @@ def test_static_steps_do_not_sync(monkeypatch, do_sample):
     monkeypatch.setattr(flashspec_hf.static, "_step_guard", no_sync)
     target.generate(ids, **kwargs)
     assert len(steps) >= 4
+
+
+@pytest.mark.parametrize("cache_implementation", [None, "static"])
+def test_target_split_over_gpu_and_cpu_with_assistants_on_both(tmp_path, cache_implementation):
+    """accelerate places the target's first layer on cuda:0 and the rest (with the head) on the CPU; one assistant
+    sits on the GPU, one on the CPU. Greedy output equals stock generate on the same split target."""
+    from transformers import AutoModelForCausalLM
+
+    from flashspec_hf import RoundRobin
+
+    target, drafts = _static_models()
+    target.cpu().save_pretrained(tmp_path / "target")
+    device_map = {"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": "cpu", "model.norm": "cpu",
+                  "model.rotary_emb": "cpu", "lm_head": "cpu"}
+    split = AutoModelForCausalLM.from_pretrained(tmp_path / "target", device_map=device_map)
+    rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60]]
+    ids, mask = left_padded(rows)
+    out = split.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=20, do_sample=False,
+                         assistant_models=[drafts[0], drafts[1].cpu()], selector=RoundRobin(), flashspec=True,
+                         cache_implementation=cache_implementation)
+    for row, got in zip(rows, out[:, ids.shape[1]:]):
+        want = split.generate(torch.tensor([row]).cuda(), max_new_tokens=20, do_sample=False)[0, len(row):]
+        assert torch.equal(got[: len(want)], want)
+
+
+@pytest.mark.parametrize("cache_implementation", [None, "static"])
+def test_nf4_target_equals_stock(tmp_path, cache_implementation):
+    """A bitsandbytes NF4 target (the paper's configuration), fp32 compute: greedy output equals stock."""
+    pytest.importorskip("bitsandbytes")
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    target, drafts = _static_models()
+    target.cpu().save_pretrained(tmp_path / "target")
+    nf4 = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.float32)
+    quantized = AutoModelForCausalLM.from_pretrained(tmp_path / "target", quantization_config=nf4, device_map={"": 0})
+    rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60]]
+    ids, mask = left_padded(rows)
+    out = quantized.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=20, do_sample=False,
+                             assistant_models=drafts, flashspec=True, cache_implementation=cache_implementation)
+    for row, got in zip(rows, out[:, ids.shape[1]:]):
+        want = quantized.generate(torch.tensor([row]).cuda(), max_new_tokens=20, do_sample=False)[0, len(row):]
+        assert torch.equal(got[: len(want)], want)

@@ -1,6 +1,5 @@
 """generate / pipeline integration: kwargs keep their meaning, stock behaviour without the flag, clear errors."""
 
-import copy
 
 import pytest
 import torch
@@ -10,7 +9,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from flashspec_hf import FlashSpecStats, ThompsonSampling, UCB1
 
-from .conftest import tiny_llama
+from .conftest import left_padded, tiny_llama
 
 VOCAB = 97
 
@@ -125,13 +124,11 @@ def test_bad_input_raises_clear_errors(target, assistants):
     _error(target, "needs draft models")
     _error(target, "is empty", assistant_models=[])
     _error(target, "beam search", assistant_models=assistants, num_beams=2)
-    _error(target, "cache", assistant_models=assistants, cache_implementation="static")
+    _error(target, "cache_implementation='static'", assistant_models=assistants, cache_implementation="offloaded")
     _error(target, "must be a transformers causal LM", TypeError, assistant_models=[object()])
     _error(target, "do not share a tokenizer", assistant_models=[tiny_llama(layers=1, vocab=5000)])
     other_eos = tiny_llama(layers=1, eos=7)
     _error(target, "eos_token_id", assistant_models=[other_eos])
-    elsewhere = copy.deepcopy(assistants[0]).to("meta")
-    _error(target, "move it with", assistant_models=[elsewhere])
     _error(target, "num_assistant_tokens", assistant_models=assistants, num_assistant_tokens=0)
     _error(target, "or a list of them", assistant_models=assistants, num_assistant_tokens=[2, 0])
     _error(target, "a γ twice", assistant_models=assistants, num_assistant_tokens=[2, 2])
@@ -150,3 +147,24 @@ def test_user_eos_criteria_is_honoured(target, assistants):
     got = target.generate(ids, max_new_tokens=20, do_sample=False, stopping_criteria=criteria,
                           assistant_models=[target], flashspec=True)
     assert torch.equal(got, want) and int(got[0, -1]) == stop
+
+
+@pytest.mark.parametrize("cache_implementation", [None, "static"])
+def test_target_spread_by_accelerate_device_map(target, assistants, tmp_path, cache_implementation):
+    """A target whose second layer is offloaded to disk by accelerate (hooks move its weights in at each
+    forward): both loops stay exact."""
+    from transformers import AutoModelForCausalLM
+
+    target.save_pretrained(tmp_path / "target")
+    device_map = {"model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk",
+                  "model.norm": "cpu", "model.rotary_emb": "cpu", "lm_head": "cpu"}
+    spread = AutoModelForCausalLM.from_pretrained(tmp_path / "target", device_map=device_map,
+                                                  offload_folder=tmp_path / "offload")
+    assert "disk" in spread.hf_device_map.values()
+    rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60]]
+    ids, mask = left_padded(rows)
+    out = spread.generate(ids, attention_mask=mask, max_new_tokens=16, do_sample=False, assistant_models=assistants,
+                          flashspec=True, cache_implementation=cache_implementation)
+    for row, got in zip(rows, out[:, ids.shape[1]:]):
+        want = target.generate(torch.tensor([row]), max_new_tokens=16, do_sample=False)[0, len(row):]
+        assert torch.equal(got[: len(want)], want)
