@@ -39,7 +39,7 @@ from .stats import FlashSpecStats
 from .verification import verify
 
 MAX_IN_FLIGHT = 3  # steps the host may queue ahead of the GPU before it waits for the oldest
-CAPACITY_STEP = 256  # cache capacities are rounded up to a multiple of this, so calls share caches and graphs
+CAPACITY_STEP = 1024  # cache capacities are rounded up to a multiple of this, so calls share caches and graphs
 _step_guard = contextlib.nullcontext  # wraps each step's enqueueing; the GPU test makes it forbid synchronisation
 
 
