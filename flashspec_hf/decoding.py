@@ -32,7 +32,7 @@ from .drafts import DraftContext, DraftSource, ModelDrafts
 from .kernels.reference import PLACEHOLDER_TOKEN_ID
 from .processing import Groups, LogitsProcessing, Sequences
 from .selection import Selector, make_selector
-from .static import check_static_support, static_decode
+from .static import static_decode, static_unsupported
 from .stats import FlashSpecStats
 from .verification import verify
 
@@ -48,7 +48,7 @@ def speculative_decode(
     num_assistant_tokens: int | list[int],
     attention_mask: torch.Tensor | None = None,
     streamer=None,
-    static: bool = False,
+    static: bool | None = None,
 ) -> GenerateDecoderOnlyOutput | torch.LongTensor:
     """Generate with the target ``model`` and draft ``assistants``; same distribution as ``model`` alone.
 
@@ -62,7 +62,10 @@ def speculative_decode(
         num_assistant_tokens: ``γ`` >= 1, or several: every source is then paired with every γ (one arm each).
         streamer: a transformers streamer (batch 1), fed each step's emitted tokens.
         static: run the static-shape loop of :mod:`flashspec_hf.static` (static caches, no per-step
-            synchronisation, CUDA graphs on the GPU).
+            synchronisation, CUDA graphs on the GPU); None: on CUDA whenever the call needs nothing it lacks.
+
+    Raises:
+        ValueError: ``static=True`` with a feature the static loop does not support.
 
     Returns:
         ``[B, L + N]`` sequences, or a ``GenerateDecoderOnlyOutput`` (``sequences``, ``scores``, ``logits``;
@@ -109,8 +112,13 @@ def speculative_decode(
     active = [True] * batch_size
     steps_left = max_new_tokens > 0
     step_start = time.perf_counter()
-    if static:
-        check_static_support(model, sources, processing, criteria, streamer, want_scores or want_logits, selector)
+    unsupported = static_unsupported(model, sources, processing, criteria, streamer, want_scores or want_logits, selector)
+    if static and unsupported:
+        raise ValueError(
+            f"cache_implementation='static' does not support {unsupported}; drop it, or pass "
+            "cache_implementation='dynamic' (or nothing) for flashspec's dynamic loop"
+        )
+    if static or (static is None and unsupported is None and device.type == "cuda"):
         sequences = static_decode(
             model, input_ids, attention_mask, processing, eos, max_new_tokens, pad_token_id, sources, arms,
             selector, generation_config.do_sample, stats,

@@ -42,10 +42,11 @@ class FlashSpecDecoding:
         selector: a :class:`~flashspec_hf.selection.Selector` or a name (``"thompson"``, ``"ucb1"``, …).
         num_assistant_tokens: ``γ``, or a list of them (arms pair every source with every γ).
         streamer: the call's streamer (generate's hook drops it, so it travels here).
-        static: ``cache_implementation="static"`` was asked: the static-shape loop (:mod:`flashspec_hf.static`).
+        static: True for ``cache_implementation="static"`` (the static-shape loop, :mod:`flashspec_hf.static`),
+            False for ``"dynamic"``, None to let flashspec choose (static on CUDA when supported).
     """
 
-    def __init__(self, assistants: list, selector, num_assistant_tokens: int | list[int], streamer=None, static=False):
+    def __init__(self, assistants: list, selector, num_assistant_tokens: int | list[int], streamer=None, static=None):
         self.assistants = assistants
         self.selector = selector
         self.num_assistant_tokens = num_assistant_tokens
@@ -81,8 +82,10 @@ def generate(self, *args, flashspec: bool = False, assistant_models=None, select
     ``assistant_models`` may mix models and :class:`~flashspec_hf.drafts.PromptLookup`; ``num_assistant_tokens``
     may be a list of γ values (every source is paired with every γ, and the selector picks among the pairs).
     Assistants may sit on other devices than the target, and the target may be spread by accelerate
-    (``device_map``): tokens and logits move where they must. ``cache_implementation="static"`` selects the
-    static-shape loop (:mod:`flashspec_hf.static`; CUDA graphs when the model sits on one GPU).
+    (``device_map``): tokens and logits move where they must. On CUDA, flashspec runs its static-shape loop
+    (:mod:`flashspec_hf.static`: static caches, no per-step sync, CUDA graphs when the model sits on one GPU)
+    whenever the call needs nothing it lacks; ``cache_implementation="static"`` insists on it, ``"dynamic"``
+    declines it.
 
     Raises:
         ValueError: ``flashspec=True`` without assistants, an empty list, an assistant with another vocabulary or
@@ -174,15 +177,16 @@ def _num_assistant_tokens(args: tuple, kwargs: dict) -> int | list[int]:
     return gamma if isinstance(gamma, int) else values
 
 
-def _static_cache(kwargs: dict) -> bool:
-    """Pop ``cache_implementation``: True for ``"static"``; flashspec builds its own caches either way."""
+def _static_cache(kwargs: dict) -> bool | None:
+    """Pop ``cache_implementation``: True for ``"static"``, False for ``"dynamic"``, None (not given) to let
+    flashspec choose; flashspec builds its own caches either way."""
     implementation = kwargs.pop("cache_implementation", None)
     if implementation not in (None, "dynamic", "static"):
         raise ValueError(
             f"flashspec supports cache_implementation='static' (static caches, CUDA graphs) or the default dynamic "
             f"cache, not {implementation!r}"
         )
-    return implementation == "static"
+    return None if implementation is None else implementation == "static"
 
 
 def _move_stop_strings(kwargs: dict) -> None:

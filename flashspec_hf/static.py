@@ -18,7 +18,9 @@ Differences from the dynamic loop (:mod:`flashspec_hf.decoding`):
   (``CAPACITY_STEP`` columns), so repeated calls capture nothing.
 
 Supports: greedy and sampling with context-free warpers (temperature, top-k, top-p, min-p, …), EOS and length
-limits, model and prompt-lookup draft sources, bandit selectors. Anything else raises a ValueError naming it.
+limits, model and prompt-lookup draft sources, bandit selectors. It is the default on CUDA when a call needs
+nothing else (:func:`static_unsupported`); ``cache_implementation="static"`` asks for it (a ValueError names what
+is unsupported), ``"dynamic"`` for the dynamic loop.
 """
 
 from __future__ import annotations
@@ -186,8 +188,8 @@ def _on_one_gpu(model: PreTrainedModel) -> bool:
     return len(placements) == 1 and placements.pop().startswith("cuda")
 
 
-def check_static_support(model, sources, processing: LogitsProcessing, criteria, streamer, want_outputs, selector):
-    """Raise ValueError naming the first feature the static loop does not support."""
+def static_unsupported(model, sources, processing: LogitsProcessing, criteria, streamer, want_outputs, selector):
+    """The first requested feature the static loop does not support (a phrase), or None."""
     problems = {
         "prefix-dependent logits processors (repetition penalty, n-gram bans, min length, …)": processing.contextual,
         "stopping criteria other than EOS and length (stop strings, custom criteria)": len(criteria) > 0,
@@ -196,15 +198,10 @@ def check_static_support(model, sources, processing: LogitsProcessing, criteria,
         "a full-information selector (Hedge)": selector.full_information,
     }
     models = [model] + [s.cache.model for s in sources if isinstance(s, ModelDrafts)]
-    problems["sliding-window or linear-attention layers"] = any(
+    problems["sliding-window layers"] = any(
         any(StaticCache(config=m.config, max_cache_len=8).is_sliding) for m in models
     )
-    for what, present in problems.items():
-        if present:
-            raise ValueError(
-                f"cache_implementation='static' does not support {what}; drop it, or drop "
-                "cache_implementation='static' to use flashspec's default dynamic cache"
-            )
+    return next((what for what, present in problems.items() if present), None)
 
 
 def static_decode(

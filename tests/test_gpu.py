@@ -43,13 +43,14 @@ def test_verification_does_not_sync(sampling):
         torch.cuda.set_sync_debug_mode("default")
 
 
-def test_greedy_engine_on_cuda_equals_stock():
+@pytest.mark.parametrize("cache_implementation", ["dynamic", None])  # None: the static loop, CUDA's default
+def test_greedy_engine_on_cuda_equals_stock(cache_implementation):
     target = tiny_llama(layers=2, seed=0, peak=8.0).cuda()
     drafts = [tiny_llama(layers=1, seed=1, peak=8.0).cuda(), tiny_llama(layers=1, vocab=101, seed=5, peak=8.0).cuda()]
     rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60], [77, 3, 51, 51, 9]]
     ids, mask = left_padded(rows)
     out = target.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=24, do_sample=False,
-                          assistant_models=drafts, flashspec=True)
+                          assistant_models=drafts, flashspec=True, cache_implementation=cache_implementation)
     for row, got in zip(rows, out[:, ids.shape[1]:]):
         want = target.generate(torch.tensor([row]).cuda(), max_new_tokens=24, do_sample=False)[0, len(row):]
         assert torch.equal(got[: len(want)], want)
@@ -147,3 +148,14 @@ def test_nf4_target_equals_stock(tmp_path, cache_implementation):
     for row, got in zip(rows, out[:, ids.shape[1]:]):
         want = quantized.generate(torch.tensor([row]).cuda(), max_new_tokens=20, do_sample=False)[0, len(row):]
         assert torch.equal(got[: len(want)], want)
+
+
+def test_cuda_default_falls_back_to_the_dynamic_loop_when_a_feature_needs_it():
+    """Repetition penalty is prefix-dependent: without cache_implementation, flashspec quietly uses its dynamic
+    loop, which supports it, and stays exact."""
+    target, drafts = _static_models()
+    ids = torch.tensor([[5, 17, 33, 8, 90, 41, 7]]).cuda()
+    kw = dict(max_new_tokens=20, do_sample=False, repetition_penalty=1.3)
+    out = target.generate(ids, assistant_models=drafts, flashspec=True, **kw)
+    assert torch.equal(out, target.generate(ids, **kw))
+    assert "_flashspec_static_runners" not in target.__dict__
