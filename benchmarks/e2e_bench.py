@@ -1,0 +1,305 @@
+"""End-to-end greedy decoding throughput of stock generate (eager; static cache + torch.compile), stock assisted
+decoding (one assistant; transformers allows B = 1 only) and flashspec (one fixed assistant; Thompson sampling).
+
+Default target: TinyLlama-1.1B's shape (hidden 2048, MLP 5632, 22 layers, 32 heads, 4 KV heads, V = 32000) with
+random weights. Acceptance is SYNTHETIC: each layer's o_proj and down_proj are scaled by ε (the next token then
+depends mostly on the embedding -> head path) and the assistants are the target's first 1 / 2 / 4 layers with its
+embedding, norm and head (``flashspec_hf.models.early_exit_assistants``), so they agree often. Smaller ε, higher
+τ, sensitively: on CPU (B = 1, 64 tokens, γ = 4, fp32) τ over the three depths was 2.5-2.7 at ε = 0.001, 2.2-2.6
+at 0.0007 (2.8-2.9 in bf16), 2.9-3.1 at 0.0006, 3.2-3.8 at 0.0005. ``--target smollm2``: SmolLM2-135M-Instruct, its
+bundled distilled assistants and the held-out prompts of build_distill_corpus.py (as speed_smollm2.py), cut to
+--prompt-len tokens, left-padded. EOS is disabled: every row generates exactly --max-new-tokens.
+
+Per engine and batch B: tokens/s (B x new tokens / wall s of one generate call, prefill included; median, min,
+max over --repeats after a warm-up), τ (tokens per row per step; 1 for stock), step time in ms (p50 / p99 / mean
+over decode steps: 1 token per row for stock, τ for speculative engines; the step holding the prefill left out),
+peak CUDA memory (GiB) and match_rate (fraction of rows identical to stock greedy; 1 expected in fp32). An engine
+that raises gets its error in the row. Writes OUT/NAME.csv, NAME.png (tokens/s vs B), NAME.env.txt.
+
+    python -m benchmarks.e2e_bench --out DIR           # CUDA, bf16, default grid (< 8 min on an H200)
+    python -m benchmarks.e2e_bench --quick --out DIR   # CPU smoke test: tiny Llama (ε = 0.3), B = 1, 2
+"""
+
+import argparse
+import csv
+import gzip
+import importlib.util
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import transformers
+from transformers import LlamaConfig, LlamaForCausalLM, LogitsProcessor, LogitsProcessorList
+from transformers.generation import candidate_generator
+
+import flashspec_hf  # noqa: F401  (adds flashspec=True to generate)
+from flashspec_hf import FixedArm
+
+TINYLLAMA = dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
+                 num_key_value_heads=4, vocab_size=32000)
+QUICK = dict(TINYLLAMA, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+             num_key_value_heads=2)
+COLUMNS = ["target", "weights", "dtype", "engine", "batch", "gamma", "prompt_len", "max_new_tokens", "repeats",
+           "tok_s_median", "tok_s_min", "tok_s_max", "tau", "alpha", "step_ms_p50", "step_ms_p99", "step_ms_mean",
+           "peak_mem_gib", "match_rate", "acceptance", "note", "error"]
+SPECULATIVE = ("assisted", "fixed", "thompson")
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=".")
+    p.add_argument("--name", default="e2e_bench", help="output file prefix")
+    p.add_argument("--target", default="tinyllama", choices=["tinyllama", "smollm2"])
+    p.add_argument("--nf4", action="store_true", help="target in bitsandbytes NF4, bf16 compute")
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "float16"])
+    p.add_argument("--batches", default="1,4,16,64")
+    p.add_argument("--engines", default="stock,assisted,fixed,thompson,static", help="stock first: match reference")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--prompt-len", type=int, default=64)
+    p.add_argument("--gamma", type=int, default=4)
+    p.add_argument("--epsilon", type=float, default=0.0006, help="o_proj / down_proj scale (synthetic acceptance)")
+    p.add_argument("--depths", default="1,2,4", help="layers of each synthetic assistant")
+    p.add_argument("--fixed-arm", type=int, default=0, help="the assistant of 'fixed' and 'assisted'")
+    p.add_argument("--corpus", default=".carry/c/corpus.json.gz", help="prompts of --target smollm2")
+    p.add_argument("--budget-s", type=float, default=420, help="start no (engine, B) cell after this many seconds")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="tiny model and grid, for a CPU smoke test")
+    if p.parse_args().quick:  # quick defaults; explicit arguments still win
+        p.set_defaults(batches="1,2", repeats=1, max_new_tokens=16, prompt_len=16, depths="1,2,3", epsilon=0.3)
+    args = p.parse_args()
+    args.batch_list = [int(b) for b in args.batches.split(",")]
+    return args
+
+
+def stamp(device):
+    """A recorded CUDA event (no sync), or perf_counter seconds on CPU."""
+    if device.type != "cuda":
+        return time.perf_counter()
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
+
+
+def intervals_ms(stamps) -> list[float]:
+    """Times between consecutive stamps (ms)."""
+    if stamps and isinstance(stamps[0], torch.cuda.Event):
+        torch.cuda.synchronize()
+        return [a.elapsed_time(b) for a, b in zip(stamps, stamps[1:])]
+    return [(b - a) * 1e3 for a, b in zip(stamps, stamps[1:])]
+
+
+class Stamper(LogitsProcessor):
+    """Identity processor stamping each decoding step of stock generate (called once per new token)."""
+
+    def __init__(self, device):
+        self.device, self.stamps = device, []
+
+    def __call__(self, input_ids, scores):
+        self.stamps.append(stamp(self.device))
+        return scores
+
+
+def build_tinyllama(args, device, dtype):
+    """Random TinyLlama-shape target with ε-scaled residual branches, early-exit assistants, random prompts."""
+    from flashspec_hf.models import early_exit_assistants
+
+    torch.manual_seed(args.seed)
+    with torch.device(device):
+        model = LlamaForCausalLM(LlamaConfig(**(QUICK if args.quick else TINYLLAMA), pad_token_id=0))
+    model = model.to(dtype).eval()
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.mul_(args.epsilon)
+            layer.mlp.down_proj.weight.mul_(args.epsilon)
+    model = to_nf4(model, device) if args.nf4 else model
+    model.generation_config.update(eos_token_id=None, pad_token_id=0)
+    gen = torch.Generator().manual_seed(args.seed)
+    ids = torch.randint(3, model.config.vocab_size, (max(args.batch_list), args.prompt_len), generator=gen)  # [B, L]
+    assistants = early_exit_assistants(model, tuple(int(d) for d in args.depths.split(",")))
+    return model, assistants, lambda b: (ids[:b].to(device), torch.ones_like(ids[:b]).to(device))
+
+
+def build_smollm2(args, device, dtype):
+    """The real SmolLM2-135M target, its bundled distilled assistants, real prompts left-padded ([B, L] each)."""
+    from flashspec_hf.models import distilled_assistants, load_target, smollm2_folder
+
+    model, tokenizer = load_target(smollm2_folder(), dtype=dtype, device=str(device))
+    model = to_nf4(model, device) if args.nf4 else model
+    assistants = distilled_assistants(model)
+    model.generation_config.eos_token_id = None
+    texts = [p for prompts in json.load(gzip.open(args.corpus, "rt"))["eval"].values() for p in prompts]
+    tokenizer.truncation_side = "left"
+
+    def prompts(b):
+        enc = tokenizer([texts[i % len(texts)] for i in range(b)], return_tensors="pt", padding=True,
+                        truncation=True, max_length=args.prompt_len)
+        return enc.input_ids.to(device), enc.attention_mask.to(device)
+
+    return model, assistants, prompts
+
+
+def to_nf4(model, device):
+    """Save to a temporary folder, reload with an NF4 BitsAndBytesConfig (bf16 compute)."""
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16)
+    with tempfile.TemporaryDirectory() as tmp:
+        model.save_pretrained(tmp)
+        return AutoModelForCausalLM.from_pretrained(tmp, quantization_config=config, device_map={"": device}).eval()
+
+
+def generate_once(engine, model, assistants, ids, mask, args, new_tokens):
+    """One timed generate call -> (sequences [B, L+N], seconds, decode-step ms, info)."""
+    device, info = model.device, {}
+    kw = dict(attention_mask=mask, max_new_tokens=new_tokens, do_sample=False)
+    timer, original = Stamper(device), candidate_generator.AssistedCandidateGenerator.update_candidate_strategy
+    if engine in ("stock", "static"):
+        kw["logits_processor"] = LogitsProcessorList([timer])
+        if engine == "static":  # generate compiles the decoding forward itself for a static cache on CUDA
+            kw["cache_implementation"] = "static"  # (its default CompileConfig: mode="reduce-overhead")
+    elif engine == "assisted":  # stock assisted decoding reads γ and its schedule from the assistant's config
+        assistant = assistants[args.fixed_arm]
+        assistant.generation_config.update(num_assistant_tokens=args.gamma, num_assistant_tokens_schedule="constant",
+                                           assistant_confidence_threshold=0.0)
+        kw.update(assistant_model=assistant, num_assistant_tokens=args.gamma)
+        info["counts"] = counts = []
+
+        def record(self, *a, **k):  # (input_ids, scores, num_matches): once per step, after verification
+            counts.append(int(a[2] if len(a) > 2 else k["num_matches"]))
+            timer.stamps.append(stamp(device))
+            return original(self, *a, **k)
+
+        candidate_generator.AssistedCandidateGenerator.update_candidate_strategy = record
+    else:  # a selector name gives fresh statistics every call
+        selector = FixedArm(args.fixed_arm) if engine == "fixed" else "thompson"
+        kw.update(assistant_models=assistants, flashspec=True, selector=selector, num_assistant_tokens=args.gamma)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    try:
+        start = time.perf_counter()
+        out = model.generate(ids, **kw)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+    finally:
+        candidate_generator.AssistedCandidateGenerator.update_candidate_strategy = original
+    if engine in ("fixed", "thompson"):  # flashspec times its steps; its first step holds the prefill
+        steps = [1e3 * s for s in getattr(model.flashspec_stats, "step_seconds", [])[1:]]
+    else:
+        steps = intervals_ms(timer.stamps)
+    info["peak"] = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
+    info["compiled"] = getattr(model, "_compiled_call", None) is not None
+    return out, seconds, steps, info
+
+
+def run_cell(engine, model, assistants, ids, mask, args, reference):
+    """Warm-up (full length for static: same cache shape, so compilation happens there) + repeats of one cell."""
+    warm = args.max_new_tokens if engine == "static" else min(16, args.max_new_tokens)
+    generate_once(engine, model, assistants, ids, mask, args, warm)
+    rates, steps, peaks = [], [], []
+    for _ in range(args.repeats):
+        out, seconds, step_ms, info = generate_once(engine, model, assistants, ids, mask, args, args.max_new_tokens)
+        assert out.shape[1] - ids.shape[1] == args.max_new_tokens, "a row stopped early"
+        rates.append(ids.shape[0] * args.max_new_tokens / seconds)
+        steps += step_ms
+        peaks.append(info["peak"])
+    row = dict(tok_s_median=statistics.median(rates), tok_s_min=min(rates), tok_s_max=max(rates), tau=1.0)
+    if engine in ("fixed", "thompson"):
+        stats = model.flashspec_stats
+        row.update(tau=stats.tau, alpha=";".join(f"{k}={v:.3f}" for k, v in stats.alpha.items()))
+    elif engine == "assisted":
+        row["tau"] = statistics.mean(n + 1.0 for n in info["counts"])
+    if len(steps) > 1:
+        q = statistics.quantiles(steps, n=100)
+        row.update(step_ms_p50=q[49], step_ms_p99=q[98], step_ms_mean=statistics.mean(steps))
+    row["peak_mem_gib"] = max(peaks) if peaks[0] is not None else ""
+    if reference is not None:
+        row["match_rate"] = (out == reference).all(dim=1).float().mean().item()
+    if engine == "static":
+        row["note"] = "compiled" if info["compiled"] else "not compiled (static cache only)"
+    if engine == "assisted" and getattr(assistants[args.fixed_arm], "draft_vocab_ids", None) is not None:
+        row["note"] = "reduced draft head: stock reads its logit indices as token ids (wrong drafts, exact output)"
+    return row, out
+
+
+def plot(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for engine in dict.fromkeys(r["engine"] for r in rows):
+        pts = sorted((r["batch"], r["tok_s_median"], r["tok_s_min"], r["tok_s_max"])
+                     for r in rows if r["engine"] == engine and r.get("tok_s_median", "") != "")
+        if pts:
+            b, med, lo, hi = map(list, zip(*pts))
+            yerr = [[m - x for m, x in zip(med, lo)], [x - m for m, x in zip(med, hi)]]
+            ax.errorbar(b, med, yerr=yerr, marker="o", capsize=3, label=engine)
+    r0, batches = rows[0], sorted({r["batch"] for r in rows})
+    title = f"{r0['target']} {r0['weights']} {r0['dtype']}, greedy, γ={r0['gamma']}\nacceptance {r0['acceptance']}"
+    ax.set(xscale="log", yscale="log", xlabel="batch size B", ylabel="tokens/s (all rows)", title=title)
+    ax.set_xticks(batches, [str(b) for b in batches])
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main():
+    args = parse_args()
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if args.nf4 and importlib.util.find_spec("bitsandbytes") is None:
+        return print("--nf4 skipped: bitsandbytes is not installed")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    start = time.perf_counter()
+    build = build_tinyllama if args.target == "tinyllama" else build_smollm2
+    model, assistants, prompts = build(args, device, getattr(torch, args.dtype))
+    acceptance = f"synthetic (eps={args.epsilon})" if args.target == "tinyllama" else "real (distilled assistants)"
+    base = dict(target=args.target + ("-quick" if args.quick else ""), weights="nf4" if args.nf4 else "dense",
+                dtype=args.dtype, gamma=args.gamma, prompt_len=args.prompt_len, max_new_tokens=args.max_new_tokens,
+                repeats=args.repeats, acceptance=acceptance)
+    gpu = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+    env = [f"device: {gpu}", f"torch {torch.__version__}, transformers {transformers.__version__}",
+           f"date: {time.strftime('%F %H:%M')}",
+           f"target: {base['target']} {base['weights']} {args.dtype}; acceptance: {acceptance}",
+           f"assistants: {[a.config.name_or_path for a in assistants]}, fixed arm {args.fixed_arm}",
+           f"greedy, gamma={args.gamma}, EOS off, prompt_len={args.prompt_len}, max_new_tokens={args.max_new_tokens}"]
+    (out_dir / f"{args.name}.env.txt").write_text("\n".join(env) + "\n")
+    rows = []
+    with open(out_dir / f"{args.name}.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, COLUMNS, restval="")
+        writer.writeheader()
+        for batch in args.batch_list:
+            ids, mask = prompts(batch)  # [B, L] each
+            reference = None
+            for engine in args.engines.split(","):
+                row = dict(base, engine=engine, batch=batch)
+                if time.perf_counter() - start > args.budget_s:
+                    row["error"] = "skipped: time budget"
+                else:
+                    try:
+                        fields, out = run_cell(engine, model, assistants, ids, mask, args, reference)
+                        row.update({k: round(v, 4) if isinstance(v, float) else v for k, v in fields.items()})
+                        reference = out if engine == "stock" else reference
+                    except Exception as e:  # noqa: BLE001  (recorded in the row; the grid goes on)
+                        row["error"] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+                rows.append(row)
+                writer.writerow(row)
+                f.flush()
+                print({k: v for k, v in row.items() if v != "" and k not in base}, flush=True)
+            plot(rows, out_dir / f"{args.name}.png")
+    taus = [f"{r['engine']}@B={r['batch']}={r['tau']}" for r in rows if r["engine"] in SPECULATIVE and r.get("tau")]
+    env += ["measured tau: " + ", ".join(taus), f"wall: {time.perf_counter() - start:.0f} s"]
+    (out_dir / f"{args.name}.env.txt").write_text("\n".join(env) + "\n")
+    print("\n".join(env))
+
+
+if __name__ == "__main__":
+    main()
