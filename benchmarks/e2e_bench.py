@@ -1,5 +1,6 @@
 """End-to-end greedy decoding throughput of stock generate (eager; static cache + torch.compile), stock assisted
-decoding (one assistant; transformers allows B = 1 only) and flashspec (one fixed assistant; Thompson sampling).
+decoding (one assistant; transformers allows B = 1 only) and flashspec (one fixed assistant; Thompson sampling) in
+its default loop (on CUDA the static-shape loop with CUDA graphs) and, as *_dynamic, in its dynamic loop.
 
 Default target: TinyLlama-1.1B's shape (hidden 2048, MLP 5632, 22 layers, 32 heads, 4 KV heads, V = 32000) with
 random weights. Acceptance is SYNTHETIC: each layer's o_proj and down_proj are scaled by ε (the next token then
@@ -45,7 +46,7 @@ QUICK = dict(TINYLLAMA, hidden_size=64, intermediate_size=128, num_hidden_layers
 COLUMNS = ["target", "weights", "dtype", "engine", "batch", "gamma", "prompt_len", "max_new_tokens", "repeats",
            "tok_s_median", "tok_s_min", "tok_s_max", "tau", "alpha", "step_ms_p50", "step_ms_p99", "step_ms_mean",
            "peak_mem_gib", "match_rate", "acceptance", "note", "error"]
-SPECULATIVE = ("assisted", "fixed", "thompson")
+FLASHSPEC = ("fixed", "thompson", "fixed_dynamic", "thompson_dynamic")  # *_dynamic: cache_implementation="dynamic"
 
 
 def parse_args():
@@ -56,7 +57,8 @@ def parse_args():
     p.add_argument("--nf4", action="store_true", help="target in bitsandbytes NF4, bf16 compute")
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "float16"])
     p.add_argument("--batches", default="1,4,16,64")
-    p.add_argument("--engines", default="stock,assisted,fixed,thompson,static", help="stock first: match reference")
+    p.add_argument("--engines", default="stock,assisted,fixed,thompson,static,thompson_dynamic",
+                   help="stock first (the match reference); fixed_dynamic is also known")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--prompt-len", type=int, default=64)
@@ -71,6 +73,9 @@ def parse_args():
     if p.parse_args().quick:  # quick defaults; explicit arguments still win
         p.set_defaults(batches="1,2", repeats=1, max_new_tokens=16, prompt_len=16, depths="1,2,3", epsilon=0.3)
     args = p.parse_args()
+    unknown = set(args.engines.split(",")) - {"stock", "static", "assisted", *FLASHSPEC}
+    if unknown:
+        p.error(f"unknown engines {sorted(unknown)}")
     args.batch_list = [int(b) for b in args.batches.split(",")]
     return args
 
@@ -174,9 +179,11 @@ def generate_once(engine, model, assistants, ids, mask, args, new_tokens):
             return original(self, *a, **k)
 
         candidate_generator.AssistedCandidateGenerator.update_candidate_strategy = record
-    else:  # a selector name gives fresh statistics every call
-        selector = FixedArm(args.fixed_arm) if engine == "fixed" else "thompson"
+    else:  # a selector name gives fresh statistics every call; flashspec picks its loop unless told "dynamic"
+        selector = FixedArm(args.fixed_arm) if engine.startswith("fixed") else "thompson"
         kw.update(assistant_models=assistants, flashspec=True, selector=selector, num_assistant_tokens=args.gamma)
+        if engine.endswith("_dynamic"):
+            kw["cache_implementation"] = "dynamic"
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -188,7 +195,7 @@ def generate_once(engine, model, assistants, ids, mask, args, new_tokens):
         seconds = time.perf_counter() - start
     finally:
         candidate_generator.AssistedCandidateGenerator.update_candidate_strategy = original
-    if engine in ("fixed", "thompson"):  # flashspec times its steps; its first step holds the prefill
+    if engine in FLASHSPEC:  # flashspec times its steps; its first step holds the prefill
         steps = [1e3 * s for s in getattr(model.flashspec_stats, "step_seconds", [])[1:]]
     else:
         steps = intervals_ms(timer.stamps)
@@ -209,7 +216,7 @@ def run_cell(engine, model, assistants, ids, mask, args, reference):
         steps += step_ms
         peaks.append(info["peak"])
     row = dict(tok_s_median=statistics.median(rates), tok_s_min=min(rates), tok_s_max=max(rates), tau=1.0)
-    if engine in ("fixed", "thompson"):
+    if engine in FLASHSPEC:
         stats = model.flashspec_stats
         row.update(tau=stats.tau, alpha=";".join(f"{k}={v:.3f}" for k, v in stats.alpha.items()))
     elif engine == "assisted":
@@ -295,7 +302,7 @@ def main():
                 f.flush()
                 print({k: v for k, v in row.items() if v != "" and k not in base}, flush=True)
             plot(rows, out_dir / f"{args.name}.png")
-    taus = [f"{r['engine']}@B={r['batch']}={r['tau']}" for r in rows if r["engine"] in SPECULATIVE and r.get("tau")]
+    taus = [f"{r['engine']}@B={r['batch']}={r['tau']}" for r in rows if r["engine"] != "stock" and r.get("tau", 1) != 1]
     env += ["measured tau: " + ", ".join(taus), f"wall: {time.perf_counter() - start:.0f} s"]
     (out_dir / f"{args.name}.env.txt").write_text("\n".join(env) + "\n")
     print("\n".join(env))
