@@ -249,6 +249,7 @@ SELECTORS = {
     "discounted_thompson": lambda: ThompsonSampling(discount=0.998),
     "discounted_ucb": lambda: UCB1(discount=0.998),
     "cost_aware_thompson": lambda: ThompsonSampling(cost_aware=True),
+    "cost_aware_ucb1": lambda: UCB1(exploration=0.5, cost_aware=True),
     "cost_aware_hedge": lambda: Hedge(cost_aware=True),
     "round_robin": RoundRobin,
     "fixed": FixedArm,
