@@ -55,6 +55,8 @@ def parse_args():
     p.add_argument("--name", default="e2e_bench", help="output file prefix")
     p.add_argument("--target", default="tinyllama", choices=["tinyllama", "smollm2"])
     p.add_argument("--nf4", action="store_true", help="target in bitsandbytes NF4, bf16 compute")
+    p.add_argument("--device-map", help='accelerate placement of the target: "auto" or JSON, e.g. '
+                   '\'{"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": "cpu", ...}\'')
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "float16"])
     p.add_argument("--batches", default="1,4,16,64")
     p.add_argument("--engines", default="stock,assisted,fixed,thompson,static,thompson_dynamic",
@@ -120,7 +122,7 @@ def build_tinyllama(args, device, dtype):
         for layer in model.model.layers:
             layer.self_attn.o_proj.weight.mul_(args.epsilon)
             layer.mlp.down_proj.weight.mul_(args.epsilon)
-    model = to_nf4(model, device) if args.nf4 else model
+    model = reload(model, device, args) if args.nf4 or args.device_map else model
     model.generation_config.update(eos_token_id=None, pad_token_id=0)
     gen = torch.Generator().manual_seed(args.seed)
     ids = torch.randint(3, model.config.vocab_size, (max(args.batch_list), args.prompt_len), generator=gen)  # [B, L]
@@ -133,7 +135,7 @@ def build_smollm2(args, device, dtype):
     from flashspec_hf.models import distilled_assistants, load_target, smollm2_folder
 
     model, tokenizer = load_target(smollm2_folder(), dtype=dtype, device=str(device))
-    model = to_nf4(model, device) if args.nf4 else model
+    model = reload(model, device, args) if args.nf4 or args.device_map else model
     assistants = distilled_assistants(model)
     model.generation_config.eos_token_id = None
     texts = [p for prompts in json.load(gzip.open(args.corpus, "rt"))["eval"].values() for p in prompts]
@@ -147,14 +149,17 @@ def build_smollm2(args, device, dtype):
     return model, assistants, prompts
 
 
-def to_nf4(model, device):
-    """Save to a temporary folder, reload with an NF4 BitsAndBytesConfig (bf16 compute)."""
+def reload(model, device, args):
+    """Save to a temporary folder and reload in NF4 (bf16 compute, ``--nf4``) and/or placed by ``--device-map``."""
     from transformers import AutoModelForCausalLM, BitsAndBytesConfig
 
     config = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16)
-    with tempfile.TemporaryDirectory() as tmp:
-        model.save_pretrained(tmp)
-        return AutoModelForCausalLM.from_pretrained(tmp, quantization_config=config, device_map={"": device}).eval()
+    placement = {"": device} if not args.device_map else (
+        "auto" if args.device_map == "auto" else json.loads(args.device_map))
+    tmp = tempfile.mkdtemp()  # kept: accelerate reads disk-offloaded weights from it at every forward
+    model.save_pretrained(tmp)
+    return AutoModelForCausalLM.from_pretrained(
+        tmp, quantization_config=config if args.nf4 else None, device_map=placement, dtype=model.dtype).eval()
 
 
 def generate_once(engine, model, assistants, ids, mask, args, new_tokens):
@@ -277,7 +282,8 @@ def main():
            f"date: {time.strftime('%F %H:%M')}",
            f"target: {base['target']} {base['weights']} {args.dtype}; acceptance: {acceptance}",
            f"assistants: {[a.config.name_or_path for a in assistants]}, fixed arm {args.fixed_arm}",
-           f"greedy, gamma={args.gamma}, EOS off, prompt_len={args.prompt_len}, max_new_tokens={args.max_new_tokens}"]
+           f"greedy, gamma={args.gamma}, EOS off, prompt_len={args.prompt_len}, max_new_tokens={args.max_new_tokens}",
+           f"target placement: {getattr(model, 'hf_device_map', None) or device}"]
     (out_dir / f"{args.name}.env.txt").write_text("\n".join(env) + "\n")
     rows = []
     with open(out_dir / f"{args.name}.csv", "w", newline="") as f:
