@@ -87,6 +87,8 @@ class ColumnCache:
         self.seen = 0
         embeddings = model.get_input_embeddings().num_embeddings
         self.max_token = embeddings - 1 if embeddings < vocab_size else None
+        limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+        self.max_position = limit - 1 if limit else 2**62  # positions are clamped to it
 
     def check_holes_allowed(self) -> None:
         """Raise NotImplementedError if holes (batch > 1) would break the model's attention.
@@ -120,6 +122,7 @@ class ColumnCache:
             ids = ids.masked_fill(ids > self.max_token, 0)
         draft_pos = columns.positions[:, -1:] + steps  # [B, n]
         pos = torch.cat([columns.positions[:, first_col:], draft_pos[:, first_draft:]], dim=1)
+        pos = pos.clamp(max=self.max_position)  # drafts past the length limit: never emitted
         device = self.model.device
         out = self.model(
             input_ids=ids.to(device),

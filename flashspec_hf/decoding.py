@@ -206,7 +206,7 @@ def _cut_block(
     num_emitted = num_emitted.masked_fill(finished, 0)
     ended = finished.clone()
     if eos is not None:
-        is_eos = torch.isin(output, eos) & (pos < num_emitted.unsqueeze(1))  # [B, γ+1]
+        is_eos = (output.unsqueeze(-1) == eos).any(-1) & (pos < num_emitted.unsqueeze(1))  # [B, γ+1] (isin syncs)
         first = torch.where(is_eos, pos, width).amin(dim=1)  # [B]
         ended |= first < width
         num_emitted = torch.minimum(num_emitted, first + 1)

@@ -15,7 +15,9 @@ Differences from the dynamic loop (:mod:`flashspec_hf.decoding`):
   uses past steps, so exactness is untouched. Finished rows emit nothing, so the steps queued after the last
   row finished cost time but change no output;
 - caches and graphs are kept on the model between calls with the same batch size and capacity bucket
-  (``CAPACITY_STEP`` columns), so repeated calls capture nothing.
+  (``CAPACITY_STEP`` columns; at most ``KEPT_RUNNERS`` per model), so repeated calls capture nothing; they are
+  dropped when the model's parameters change (new tensors, dtype or device), since a graph replays the memory it
+  captured. :func:`clear_static_runners` frees them.
 
 Supports: greedy and sampling with context-free warpers (temperature, top-k, top-p, min-p, …), EOS and length
 limits, model and prompt-lookup draft sources, bandit selectors. It is the default on CUDA when a call needs
@@ -31,6 +33,7 @@ from collections import deque
 
 import torch
 from transformers import PreTrainedModel, StaticCache
+from transformers.cache_utils import StaticLayer
 
 from .columns import _cache_kwarg
 from .drafts import DraftContext, DraftSource, ModelDrafts, _draw
@@ -42,6 +45,7 @@ from .verification import verify
 
 MAX_IN_FLIGHT = 3  # steps the host may queue ahead of the GPU before it waits for the oldest
 CAPACITY_STEP = 1024  # cache capacities are rounded up to a multiple of this, so calls share caches and graphs
+KEPT_RUNNERS = 4  # runners (cache + graphs) kept per model, least recently used dropped first
 _step_guard = contextlib.nullcontext  # wraps each step's enqueueing; the GPU test makes it forbid synchronisation
 
 
@@ -110,6 +114,8 @@ class StaticRunner:
         self.seen = 0  # columns fed so far
         embeddings = model.get_input_embeddings().num_embeddings
         self.max_token = embeddings - 1 if embeddings < vocab_size else None
+        limit = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+        self.max_position = limit - 1 if limit else 2**62  # positions are clamped to it
         self.dtype = model.get_input_embeddings().weight.dtype
         self.graph_shapes = graph_shapes if _on_one_gpu(model) else set()
         self.graphs = {}  # (width, keep) -> (graph, ids, positions, mask, logits)
@@ -117,12 +123,17 @@ class StaticRunner:
     @classmethod
     def for_model(cls, model: PreTrainedModel, capacity: int, vocab_size: int, graph_shapes: set, batch_size: int):
         """The runner kept on ``model`` for this batch size, capacity and graph shapes (new if none), reset to
-        no columns seen."""
+        no columns seen. All kept runners are dropped first if the model's parameters changed."""
+        fingerprint = tuple((p.data_ptr(), p.dtype, p.device) for p in model.parameters())
+        if model.__dict__.get("_flashspec_static_fingerprint") != fingerprint:
+            clear_static_runners(model)
+            model.__dict__["_flashspec_static_fingerprint"] = fingerprint
         runners = model.__dict__.setdefault("_flashspec_static_runners", {})
         key = (batch_size, capacity, frozenset(graph_shapes))
-        if key not in runners:
-            runners[key] = cls(model, capacity, vocab_size, graph_shapes)
-        runner = runners[key]
+        runner = runners.pop(key, None) or cls(model, capacity, vocab_size, graph_shapes)
+        runners[key] = runner  # most recently used last
+        while len(runners) > KEPT_RUNNERS:
+            runners.pop(next(iter(runners)))
         runner.seen = 0
         for layer in runner.cache.layers:
             if layer.is_initialized:
@@ -135,7 +146,8 @@ class StaticRunner:
         ids = columns.tokens[:, start : start + width]  # [B, w]
         if self.max_token is not None:
             ids = ids.masked_fill(ids > self.max_token, 0)
-        positions = columns.positions[:, start : start + width]  # [B, w]
+        positions = columns.positions[:, start : start + width].clamp(max=self.max_position)  # [B, w]
+        # (only drafts past the length limit and finished rows reach the clamp; their tokens are never emitted)
         mask = columns.mask(start, width, self.dtype)  # [B, 1, w, N]
         self.seen += width
         shape = (width, keep)
@@ -181,6 +193,12 @@ class StaticRunner:
         return graph, *inputs, logits
 
 
+def clear_static_runners(model: PreTrainedModel) -> None:
+    """Free the static caches and CUDA graphs flashspec keeps on ``model`` (they are rebuilt when needed)."""
+    model.__dict__.pop("_flashspec_static_runners", None)
+    model.__dict__.pop("_flashspec_static_fingerprint", None)
+
+
 def _on_one_gpu(model: PreTrainedModel) -> bool:
     """True when every weight of ``model`` lives on one CUDA device (no CPU or disk offload): CUDA graphs apply."""
     placements = {str(p) for p in getattr(model, "hf_device_map", {}).values()} or {str(model.device)}
@@ -198,8 +216,9 @@ def static_unsupported(model, sources, processing: LogitsProcessing, criteria, s
         "a full-information selector (Hedge)": selector.full_information,
     }
     models = [model] + [s.cache.model for s in sources if isinstance(s, ModelDrafts)]
-    problems["sliding-window layers"] = any(
-        any(StaticCache(config=m.config, max_cache_len=8).is_sliding) for m in models
+    problems["sliding-window, linear-attention or other non-standard cache layers"] = any(
+        any(type(layer) is not StaticLayer for layer in StaticCache(config=m.config, max_cache_len=8).layers)
+        for m in models
     )
     return next((what for what, present in problems.items() if present), None)
 

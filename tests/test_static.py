@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flashspec_hf import Hedge, PromptLookup, RoundRobin
+from flashspec_hf import FixedArm, Hedge, PromptLookup, RoundRobin
 
 from .conftest import tiny_llama
 from .test_distribution import ALPHA, _exact, _p_value, _sample_counts, _warpers
@@ -104,3 +104,60 @@ def test_the_gate_rejects_accept_all_in_the_static_loop(models, monkeypatch):  #
     target, drafts = models
     counts = _sample_counts(target, drafts, 1.0, 0, 1.0, 2)
     assert _p_value(counts, _exact(target, _warpers(1.0, 0, 1.0))) < ALPHA
+
+
+@pytest.mark.parametrize("selector", [FixedArm(0), RoundRobin()])
+def test_static_loop_drafts_as_well_as_the_dynamic_loop(target, assistants, selector):
+    """Same arms, same acceptance, step by step: a static-loop drafting bug (wrong feed, position or mask) that
+    keeps outputs exact would still lower acceptance."""
+    kw = dict(max_new_tokens=24, num_assistant_tokens=3, selector=selector)
+    rows = PROMPTS
+    _flash(target, assistants, rows, cache_implementation="dynamic", **kw)
+    dynamic = (target.flashspec_stats.arms, target.flashspec_stats.accepted)
+    _flash(target, assistants, rows, **STATIC, **kw)
+    assert (target.flashspec_stats.arms, target.flashspec_stats.accepted) == dynamic
+
+
+def test_kept_runners_follow_changed_weights_and_dtype(assistants):
+    """Caches (and, on CUDA, graphs) kept on the model are dropped when its parameters change."""
+    model = tiny_llama(layers=2, seed=4, peak=8.0)
+    _flash(model, assistants, PROMPTS, max_new_tokens=8, **STATIC)
+    with torch.no_grad():
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.flip(0))
+    got = _flash(model, assistants, [PROMPTS[0]], max_new_tokens=12, **STATIC)
+    assert torch.equal(got[0], _stock(model, PROMPTS[0], max_new_tokens=12))
+    model.to(torch.float64)
+    drafts = [a.to(torch.float64) for a in [tiny_llama(layers=1, seed=5, peak=8.0)]]
+    got = _flash(model, drafts, [PROMPTS[0]], max_new_tokens=12, **STATIC)
+    assert torch.equal(got[0], _stock(model, PROMPTS[0], max_new_tokens=12))
+
+
+@pytest.mark.parametrize("cache_implementation", ["dynamic", "static"])
+def test_drafts_past_the_position_limit(cache_implementation):
+    """GPT-2 has learned positions up to n_positions: drafts beyond the generation's end must not index past them."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    def gpt2(layers, seed):
+        torch.manual_seed(seed)
+        config = GPT2Config(vocab_size=97, n_positions=32, n_embd=32, n_layer=layers, n_head=4, pad_token_id=0,
+                            eos_token_id=2, bos_token_id=1)
+        model = GPT2LMHeadModel(config).eval()
+        model.generation_config.pad_token_id = 0
+        return model
+
+    target, draft = gpt2(2, 0), gpt2(1, 1)
+    row = [5, 17, 33, 8, 90, 41, 7, 9]
+    got = _flash(target, [draft], [row], max_new_tokens=24, num_assistant_tokens=4,
+                 cache_implementation=cache_implementation)
+    assert torch.equal(got[0], _stock(target, row, max_new_tokens=24))
+
+
+def test_linear_attention_models_are_refused_by_the_static_loop():
+    from transformers import Lfm2Config, Lfm2ForCausalLM
+
+    config = Lfm2Config(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, full_attn_idxs=[1], pad_token_id=0,
+                        eos_token_id=2, bos_token_id=1)
+    model = Lfm2ForCausalLM(config).eval()
+    with pytest.raises(ValueError, match="linear-attention"):
+        _flash(model, [tiny_llama(layers=1, seed=5)], [PROMPTS[0]], max_new_tokens=4, **STATIC)
