@@ -77,13 +77,14 @@ class StaticColumns:
         zero = torch.zeros((), dtype=dtype, device=allowed.device)
         return torch.where(allowed, zero, torch.finfo(dtype).min).unsqueeze(1)
 
-    def write_drafts(self, drafts: torch.Tensor) -> None:
-        """Place drafts int64 ``[B, γ]`` at columns ``[T, T + γ)``, valid for now, at consecutive positions."""
-        gamma = drafts.shape[1]
-        steps = torch.arange(1, gamma + 1, device=drafts.device)  # [γ]
-        self.tokens[:, self.length : self.length + gamma] = drafts
-        self.valid[:, self.length : self.length + gamma] = True
-        self.positions[:, self.length : self.length + gamma] = self.last_position.unsqueeze(1) + steps
+    def write_drafts(self, drafts: torch.Tensor, offset: int = 0) -> None:
+        """Place drafts int64 ``[B, k]`` (numbers ``offset … offset + k - 1`` of the step) at columns
+        ``[T + offset, T + offset + k)``, valid for now, at consecutive positions after the pending token."""
+        first, last = self.length + offset, self.length + offset + drafts.shape[1]
+        steps = torch.arange(offset + 1, offset + drafts.shape[1] + 1, device=drafts.device)  # [k]
+        self.tokens[:, first:last] = drafts
+        self.valid[:, first:last] = True
+        self.positions[:, first:last] = self.last_position.unsqueeze(1) + steps
 
     def commit(self, output: torch.Tensor, num_accepted: torch.Tensor) -> None:
         """After verification: drafts past each row's accepted count become holes; the recovered or bonus token
@@ -309,14 +310,11 @@ def _draft(runner: StaticRunner, source: ModelDrafts, columns: StaticColumns, ga
     for i in range(gamma):
         q = ctx.process(source._fit(logits, ctx.vocab_size).to(columns.tokens.device), drafts)  # [B, 1, V]
         token = _draw(q[:, 0], ctx.do_sample)  # [B, 1]
+        columns.write_drafts(token, offset=i)  # column T + i
         drafts = torch.cat([drafts, token], dim=1)
         scores.append(q)
         if i + 1 < gamma:
-            columns.tokens[:, columns.length + i] = token[:, 0]  # fed at column T + i, position last + 1 + i
-            columns.valid[:, columns.length + i] = True
-            columns.positions[:, columns.length + i] = columns.last_position + 1 + i
             logits = runner.forward(columns, 1, 1)
-    columns.write_drafts(drafts)
     return drafts, torch.cat(scores, dim=1) if ctx.do_sample else None
 
 
