@@ -72,7 +72,7 @@ def run(setting: list, make, seed: int, rounds: int = T, costs: tuple | None = N
             segment += 1
         alphas = setting[segment][1]
         values = [(1 + expected_accepted(a, GAMMA)) / c for a, c in zip(alphas, costs, strict=True)]
-        arm = selector.select()
+        arm = selector.choose()
         counts = [accepted(a, rng) for a in alphas] if selector.full_information else None
         n = counts[arm] if counts else accepted(alphas[arm], rng)
         selector.update(arm, [n], GAMMA, costs[arm] * rng.lognormvariate(0, 0.1))

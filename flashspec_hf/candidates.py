@@ -48,7 +48,7 @@ class MultiAssistantCandidateGenerator(CandidateGenerator):
             candidate ids ``[B, T + γ]`` and the processed draft logits ``q`` float32 ``[B, γ, V]`` (None when
             greedy: verification only compares tokens).
         """
-        self.arm = self.selector.select()
+        self.arm = self.selector.choose()
         source, gamma = self.arms[self.arm]
         drafts, draft_logits = self.sources[source].propose(self.ctx, gamma)  # [B, γ], [B, γ, V] | None
         return torch.cat([input_ids, drafts], dim=1), draft_logits

@@ -49,7 +49,8 @@ class Selector(ABC):
         """Forget all statistics; ``num_arms`` arms drafting ``gammas[a]`` tokens per step (default all 4)."""
         self.num_arms = num_arms
         self.gammas = list(gammas) if gammas is not None else [4] * num_arms
-        self.pulls = [0] * num_arms  # steps drafted by each arm
+        self.pulls = [0] * num_arms  # steps drafted by each arm, whose outcome was reported
+        self.chosen = [0] * num_arms  # steps each arm was chosen for (ahead of pulls while outcomes are in flight)
         self.seconds = [0.0] * num_arms  # step seconds summed per arm
 
     def ensure(self, num_arms: int, gammas: list[int] | None = None) -> None:
@@ -60,6 +61,13 @@ class Selector(ABC):
     @abstractmethod
     def select(self) -> int:
         """Index of the arm that drafts the next step."""
+
+    def choose(self) -> int:
+        """:meth:`select`, counted in ``chosen`` at once (the loops call this). The static loop reads outcomes a
+        few steps late, so ``pulls`` lags behind the choices made."""
+        arm = self.select()
+        self.chosen[arm] += 1
+        return arm
 
     def update(self, arm: int, accepted: list[int], gamma: int, seconds: float | None = None) -> None:
         """Record one step.
@@ -129,9 +137,9 @@ class UCB1(Selector):
         self.weight[arm] += 1.0
 
     def select(self) -> int:
-        for arm, n in enumerate(self.pulls):
-            if n == 0:
-                return arm
+        waiting = [arm for arm, w in enumerate(self.weight) if w == 0]  # no outcome reported yet
+        if waiting:  # each arm once first; while outcomes are in flight, the least chosen of them
+            return min(waiting, key=self.chosen.__getitem__)
         log_n = math.log(max(sum(self.weight), 1.0 + 1e-9))
         index = [s / w + math.sqrt(self.exploration * log_n / w) for s, w in zip(self.reward_sum, self.weight, strict=True)]
         return self._best([self.value(a, self.gammas[a] * u) for a, u in enumerate(index)])
@@ -226,7 +234,7 @@ class RoundRobin(Selector):
     """Switches arm every step (0, 1, …, K-1, 0, …): no learning; for tests and fixed baselines."""
 
     def select(self) -> int:
-        return sum(self.pulls) % self.num_arms
+        return sum(self.chosen) % self.num_arms
 
 
 class FixedArm(Selector):

@@ -278,7 +278,7 @@ def static_decode(
             break
         with _step_guard():  # enqueues the whole step; nothing here waits for the device
             timer = _Timer(device)
-            arm = selector.select()
+            arm = selector.choose()
             source, gamma = arms[arm]
             if source in runners:
                 drafts, draft_logits = _draft(runners[source], sources[source], columns, gamma, ctx)

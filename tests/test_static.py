@@ -131,3 +131,16 @@ def test_linear_attention_models_are_refused_by_the_static_loop():
     model = Lfm2ForCausalLM(config).eval()
     with pytest.raises(ValueError, match="linear-attention"):
         _flash(model, [tiny_llama(layers=1, seed=5)], [PROMPTS[0]], max_new_tokens=4, **STATIC)
+
+
+def test_selectors_see_their_own_choices_while_outcomes_are_in_flight():
+    """The static loop reads outcomes up to 3 steps late (on CUDA): round-robin must still rotate and UCB1 try
+    each arm once, from the choices already made."""
+    rr = RoundRobin()
+    rr.reset(3)
+    assert [rr.choose() for _ in range(6)] == [0, 1, 2, 0, 1, 2]
+    from flashspec_hf import UCB1
+
+    ucb = UCB1()
+    ucb.reset(3)
+    assert [ucb.choose() for _ in range(4)] == [0, 1, 2, 0]  # no outcome yet: the least chosen waiting arm
