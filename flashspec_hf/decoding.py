@@ -68,8 +68,8 @@ def speculative_decode(
         ValueError: ``static=True`` with a feature the static loop does not support.
 
     Returns:
-        ``[B, L + N]`` sequences, or a ``GenerateDecoderOnlyOutput`` (``sequences``, ``scores``, ``logits``;
-        ``past_key_values`` is None) when ``generation_config.return_dict_in_generate``. Statistics go to
+        ``[B, L + N]`` sequences, or a ``GenerateDecoderOnlyOutput`` (``sequences``, ``scores``, ``logits``; no
+        cache) when ``generation_config.return_dict_in_generate``. Statistics go to
         ``model.flashspec_stats`` (:class:`~flashspec_hf.stats.FlashSpecStats`).
     """
     start = time.perf_counter()
@@ -176,7 +176,6 @@ def speculative_decode(
         sequences=sequences.result(),
         scores=_per_token(recorded_scores, emitted_counts) if want_scores else None,
         logits=_per_token(recorded_logits, emitted_counts) if want_logits else None,
-        past_key_values=None,
     )
 
 

@@ -88,14 +88,16 @@ def generate(self, *args, flashspec: bool = False, assistant_models=None, select
     declines it.
 
     Raises:
-        ValueError: ``flashspec=True`` without assistants, an empty list, an assistant with another vocabulary or
+        ValueError: ``assistant_models`` or ``selector`` without ``flashspec=True``; ``flashspec=True`` without assistants, an empty list, an assistant with another vocabulary or
             special tokens, an encoder-decoder model, beam search, an invalid γ, or an
             unsupported option.
         TypeError: an assistant that is not a transformers causal LM.
     """
     if not flashspec:
-        extra = {k: v for k, v in (("assistant_models", assistant_models), ("selector", selector)) if v is not None}
-        return _original_generate(self, *args, **kwargs, **extra)
+        given = [k for k, v in (("assistant_models", assistant_models), ("selector", selector)) if v is not None]
+        if given:
+            raise ValueError(f"{' and '.join(given)} need flashspec=True: add it, or drop {', '.join(given)}")
+        return _original_generate(self, *args, **kwargs)
     assistants = _collect_assistants(assistant_models, kwargs.pop("assistant_model", None))
     _check_request(self, assistants, kwargs)
     gamma = _num_assistant_tokens(args, kwargs)
