@@ -13,7 +13,8 @@ Each step, for a batch of ``B`` rows with ragged acceptance:
    (the arms' agreement counts).
 
 Host syncs per step that remain (besides that copy): the attention-mask check inside transformers' mask creation
-and, with sampling, ``torch.multinomial`` on CPU only. The performance issue removes them.
+and, with sampling, ``torch.multinomial`` on CPU only. On CUDA the static loop (:mod:`flashspec_hf.static`), which
+has none, runs instead whenever the call needs nothing it lacks.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def speculative_decode(
         ``model.flashspec_stats`` (:class:`~flashspec_hf.stats.FlashSpecStats`).
     """
     start = time.perf_counter()
-    batch_size, prompt_length = input_ids.shape
+    prompt_length = input_ids.shape[1]
     gammas = [num_assistant_tokens] if isinstance(num_assistant_tokens, int) else list(num_assistant_tokens)
     arms = [(source, g) for source in range(len(assistants)) for g in gammas]  # (source index, γ) per arm
     selector = make_selector(selector, len(arms), [g for _, g in arms])
@@ -85,33 +86,13 @@ def speculative_decode(
     max_new_tokens = max_length - prompt_length
     vocab_size = model.config.get_text_config().vocab_size
 
-    columns = Columns.from_prompt(input_ids, attention_mask)
-    sequences = Sequences(input_ids, max_new_tokens, max(gammas), pad_token_id)
     processing = LogitsProcessing(logits_processor)
-    groups = sequences.groups([True] * batch_size)  # rows by tokens generated, refreshed every step
-
-    def process_draft(logits: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
-        if processing.is_identity:
-            return logits.float()
-        return processing(logits, sequences, groups, drafts, drafts[:, :0])
-
     sources = [a if isinstance(a, DraftSource) else ModelDrafts(a, vocab_size) for a in assistants]
-    ctx = DraftContext(columns, sequences, process_draft, vocab_size, generation_config.do_sample)
-    generator = MultiAssistantCandidateGenerator(sources, arms, selector, ctx)
-    target = ColumnCache(model, vocab_size)
-    if batch_size > 1:
-        for cache in [target] + [s.cache for s in sources if isinstance(s, ModelDrafts)]:
-            cache.check_holes_allowed()
     names = arm_names(assistants)
     stats = FlashSpecStats(
         [names[s] if len(gammas) == 1 else f"{names[s]}@{g}" for s, g in arms], max(gammas), [g for _, g in arms]
     )
     want_scores, want_logits = _recording(generation_config)
-    recorded_scores, recorded_logits, emitted_counts = [], [], []
-    finished = torch.zeros(batch_size, dtype=torch.bool, device=device)  # [B]
-    active = [True] * batch_size
-    steps_left = max_new_tokens > 0
-    step_start = time.perf_counter()
     unsupported = static_unsupported(model, sources, processing, criteria, streamer, want_scores or want_logits, selector)
     if static and unsupported:
         raise ValueError(
@@ -123,7 +104,70 @@ def speculative_decode(
             model, input_ids, attention_mask, processing, eos, max_new_tokens, pad_token_id, sources, arms,
             selector, generation_config.do_sample, stats,
         )
-        steps_left = False
+        recorded = ([], [], [])  # the static loop records no scores (it refuses calls that ask for them)
+    else:
+        sequences, recorded = _dynamic_decode(
+            model, input_ids, attention_mask, processing, criteria, eos, max_new_tokens, pad_token_id, sources,
+            arms, selector, generation_config.do_sample, stats, streamer, want_scores, want_logits,
+        )
+
+    stats.new_tokens = int(sequences.num_new.sum())
+    stats.seconds = time.perf_counter() - start
+    model.flashspec_stats = stats
+    if not generation_config.return_dict_in_generate:
+        return sequences.result()
+    recorded_scores, recorded_logits, emitted_counts = recorded
+    return GenerateDecoderOnlyOutput(
+        sequences=sequences.result(),
+        scores=_per_token(recorded_scores, emitted_counts) if want_scores else None,
+        logits=_per_token(recorded_logits, emitted_counts) if want_logits else None,
+    )
+
+
+def _dynamic_decode(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    processing: LogitsProcessing,
+    criteria: StoppingCriteriaList,
+    eos: torch.Tensor | None,
+    max_new_tokens: int,
+    pad_token_id: int,
+    sources: list[DraftSource],
+    arms: list[tuple[int, int]],
+    selector: Selector,
+    do_sample: bool,
+    stats: FlashSpecStats,
+    streamer,
+    want_scores: bool,
+    want_logits: bool,
+) -> tuple[Sequences, tuple[list, list, list[list[int]]]]:
+    """The dynamic loop (module docstring): fills ``stats``; returns the filled :class:`Sequences` and, when
+    recording, the per-step scores ``[B, γ + 1, V]``, raw logits and emitted counts (empty lists otherwise)."""
+    batch_size = input_ids.shape[0]
+    device = input_ids.device
+    vocab_size = model.config.get_text_config().vocab_size
+    columns = Columns.from_prompt(input_ids, attention_mask)
+    sequences = Sequences(input_ids, max_new_tokens, max(g for _, g in arms), pad_token_id)
+    groups = sequences.groups([True] * batch_size)  # rows by tokens generated, refreshed every step
+
+    def process_draft(logits: torch.Tensor, drafts: torch.Tensor) -> torch.Tensor:
+        if processing.is_identity:
+            return logits.float()
+        return processing(logits, sequences, groups, drafts, drafts[:, :0])
+
+    generator = MultiAssistantCandidateGenerator(
+        sources, arms, selector, DraftContext(columns, sequences, process_draft, vocab_size, do_sample)
+    )
+    target = ColumnCache(model, vocab_size)
+    if batch_size > 1:
+        for cache in [target] + [s.cache for s in sources if isinstance(s, ModelDrafts)]:
+            cache.check_holes_allowed()
+    recorded_scores, recorded_logits, emitted_counts = [], [], []
+    finished = torch.zeros(batch_size, dtype=torch.bool, device=device)  # [B]
+    active = [True] * batch_size
+    steps_left = max_new_tokens > 0
+    step_start = time.perf_counter()
     while steps_left:
         length = columns.length
         candidates, draft_logits = generator.get_candidates(columns.tokens)
@@ -146,13 +190,13 @@ def speculative_decode(
         seconds, step_start = now - step_start, now
 
         max_accepted = max(accepted_h)
-        num_new_before = sequences.num_new.clone()  # [B]
+        num_new_before = sequences.num_new.clone() if selector.full_information else None  # [B]
         sequences.append(output, num_emitted, emitted_h)
         _append_columns(columns, output, num_accepted, max_accepted, holes=min(accepted_h) < max_accepted)
         target.crop(length + max_accepted)
         generator.crop(length + max_accepted)
         active_accepted = [n for n, a in zip(accepted_h, active, strict=True) if a]
-        verified = (output, num_accepted, was_active, num_new_before, max_accepted)
+        verified = (output, num_accepted, was_active, num_new_before, max_accepted) if selector.full_information else None
         generator.update_candidate_strategy(columns.tokens, scores, active_accepted, seconds, verified)
         stats.record(generator.arm, active_accepted, seconds)
         if streamer is not None:
@@ -166,17 +210,7 @@ def speculative_decode(
         groups = sequences.groups(active)
     if streamer is not None:
         streamer.end()
-
-    stats.new_tokens = int(sequences.num_new.sum())
-    stats.seconds = time.perf_counter() - start
-    model.flashspec_stats = stats
-    if not generation_config.return_dict_in_generate:
-        return sequences.result()
-    return GenerateDecoderOnlyOutput(
-        sequences=sequences.result(),
-        scores=_per_token(recorded_scores, emitted_counts) if want_scores else None,
-        logits=_per_token(recorded_logits, emitted_counts) if want_logits else None,
-    )
+    return sequences, (recorded_scores, recorded_logits, emitted_counts)
 
 
 def _cut_block(

@@ -70,7 +70,7 @@ def compare_on_prompts(
         One dict per prompt: ``domain``, ``prompt_tokens``, ``new_tokens`` (tokens) and ``seconds`` (wall
         seconds) of each engine (``plain_*``, ``flash_*``), ``identical`` (bool), ``divergence`` (see
         :func:`first_divergence`; None when sampling), ``steps``, ``accepted`` (accepted draft tokens per step),
-        ``arms`` (arm per step), ``arm_names``, ``gamma``.
+        ``arms`` (arm per step), ``arm_names``, ``gamma``, ``arm_gammas`` (γ per arm).
     """
     flash_only = {"num_assistant_tokens", "selector"}
     sampled = bool(generate_kwargs.get("do_sample"))  # outputs differ by chance: no divergence to explain
@@ -100,6 +100,7 @@ def compare_on_prompts(
                 "arms": stats.arms,
                 "arm_names": stats.arm_names,
                 "gamma": stats.num_assistant_tokens,
+                "arm_gammas": stats.arm_gammas,
             }
         )
         if keep_text:
@@ -548,6 +549,7 @@ def _merged_stats(results: list[dict]) -> FlashSpecStats:
     return FlashSpecStats(
         results[0]["arm_names"],
         results[0]["gamma"],
+        results[0].get("arm_gammas"),
         arms=[a for r in results for a in r["arms"]],
         accepted=[[n] for r in results for n in r["accepted"]],
     )

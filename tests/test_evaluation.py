@@ -260,3 +260,13 @@ def test_cli_on_the_real_target_with_builtin_prompts(tmp_path, capsys):
     with (out / "prompts.csv").open() as f:
         assert [r["identical"] for r in csv.DictReader(f)] == ["True", "True"]
     assert (out / "plot.png").stat().st_size > 10_000
+
+
+def test_summary_alpha_uses_each_arms_own_gamma():
+    """An arm with γ = 2 that accepted both drafts tested 2 tokens, not the largest γ's 4."""
+    from flashspec_hf.evaluation import summarize
+
+    row = dict(domain="d", plain_new_tokens=6, plain_seconds=1.0, flash_new_tokens=6, flash_seconds=1.0,
+               identical=True, arms=[0, 1], accepted=[2, 4], arm_names=["a@2", "a@4"], gamma=4, arm_gammas=[2, 4])
+    (summary, _) = summarize([row])
+    assert summary["alpha"] == {"a@2": 1.0, "a@4": 1.0}
