@@ -11,9 +11,13 @@ from flashspec_hf.data import chat_prompts, code_prompts, distill_corpus, prose_
 from flashspec_hf.models import smollm2_folder
 
 NUM_TEXTS, NUM_EVAL = 2000, 24
+NUM_PROMPTS = {"chat": 6000, "code": 12000}  # prompts per domain for the target to continue
 
 tokenizer = AutoTokenizer.from_pretrained(smollm2_folder())
-corpus = {domain: dict(zip(("texts", "prompts"), distill_corpus(domain, tokenizer, NUM_TEXTS))) for domain in ("chat", "code")}
+corpus = {
+    domain: dict(zip(("texts", "prompts"), distill_corpus(domain, tokenizer, NUM_TEXTS, NUM_PROMPTS[domain])))
+    for domain in ("chat", "code")
+}
 corpus["eval"] = {
     "chat": list(chat_prompts(tokenizer, NUM_EVAL)["prompt"]),
     "code": list(code_prompts(NUM_EVAL)["prompt"]),

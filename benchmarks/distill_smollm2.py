@@ -1,14 +1,16 @@
-"""Distil the chat / code / general assistants of SmolLM2-135M-Instruct on a GPU and measure them.
+"""Distil assistants of SmolLM2-135M-Instruct on a GPU and measure their acceptance on held-out prompts.
 
 Run on the device by benchmarks/gpu_distill.sh (the GGUF, the gguf wheel and the corpus built by
-benchmarks/build_distill_corpus.py travel in .carry). Writes to $OUT: each assistant's compact weights, a tar of
-their configs and training records, and results.json (training records). Speed: benchmarks/speed_smollm2.py.
+benchmarks/build_distill_corpus.py travel in .carry). Environment: ``VARIANTS`` (``LAYERSxWIDTH`` list, default
+``2x768``), ``DOMAINS`` (default ``chat,code,general``), ``DISTILL_STEPS``, ``NEW_TOKENS`` (tokens the target adds
+to each training prompt). The target's greedy continuations are cached in /tmp across calls of a warm machine.
+Writes to $OUT: ``results.json`` (training records and τ/α per evaluation domain, fp32 target, greedy, γ = 4,
+64 new tokens) and one tar per assistant (its compact folder and training record).
 """
 
 import gzip
 import json
 import os
-import shutil
 import sys
 import tarfile
 import time
@@ -18,51 +20,71 @@ import torch
 import transformers
 
 import flashspec_hf  # noqa: F401
-from flashspec_hf.distill import distill, target_continuations
+from flashspec_hf.distill import distill, load_compact, target_continuations
+from flashspec_hf.evaluation import acceptance
 from flashspec_hf.models import load_target
 
-STEPS = int(os.environ.get("DISTILL_STEPS", 1500))
-CONTINUED = int(os.environ.get("CONTINUED", 1000))  # prompts per domain continued by the target
-DEVICE = os.environ.get("DEVICE", "cuda")
+STEPS = int(os.environ.get("DISTILL_STEPS", 2500))
+NEW_TOKENS = int(os.environ.get("NEW_TOKENS", 96))
+VARIANTS = [tuple(map(int, v.split("x"))) for v in os.environ.get("VARIANTS", "2x768").split(",")]
+DOMAINS = os.environ.get("DOMAINS", "chat,code,general").split(",")
+CACHE = Path("/tmp/fs_continuations.json.gz")
+DEVICE = os.environ.get("DEVICE", "cuda")  # cpu for a smoke run
 out = Path(os.environ["OUT"])
 corpus = json.load(gzip.open(sys.argv[1], "rt"))
+results_path = out / "results.json"
 results = {
-    "gpu": torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE,
-    "torch": torch.__version__,
-    "transformers": transformers.__version__,
-    "date": time.strftime("%Y-%m-%d"),
-    "steps": STEPS,
+    "gpu": torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE, "torch": torch.__version__, "transformers": transformers.__version__,
+    "date": time.strftime("%Y-%m-%d"), "steps": STEPS, "new_tokens": NEW_TOKENS, "drafts": {},
 }
 
 
 def save():
-    (out / "results.json").write_text(json.dumps(results, indent=1))
+    results_path.write_text(json.dumps(results, indent=1))
 
 
-target, tokenizer = load_target(dtype=torch.bfloat16, device=DEVICE)
-t0 = time.time()
-generated = {
-    d: target_continuations(target, tokenizer, corpus[d]["prompts"][:CONTINUED], batch_size=128, temperature=None)
-    for d in ("chat", "code")
-}
-results["continuations_seconds"] = round(time.time() - t0, 1)
+def continuations(target, tokenizer) -> dict[str, list[str]]:
+    """Greedy target continuations of every training prompt, by domain (prompts sorted by length to batch)."""
+    if CACHE.exists():
+        return json.load(gzip.open(CACHE, "rt"))
+    t0, generated = time.time(), {}
+    for domain in ("chat", "code"):
+        prompts = sorted(corpus[domain]["prompts"], key=len)
+        generated[domain] = target_continuations(target, tokenizer, prompts, NEW_TOKENS, batch_size=384, temperature=None)
+        print(domain, len(prompts), "continued", round(time.time() - t0), "s", flush=True)
+    results["continuations_seconds"] = round(time.time() - t0, 1)
+    with gzip.open(CACHE, "wt") as f:
+        json.dump(generated, f)
+    return generated
+
+
+target, tokenizer = load_target(dtype=torch.float32, device=DEVICE)
+generated = continuations(target, tokenizer)
 texts = {d: corpus[d]["texts"] + generated[d] for d in ("chat", "code")}
 texts["general"] = texts["chat"][::2] + texts["code"][::2]
-data = {"chat": "chitchat-dataset conversations [1000, 3000) + 1,000 greedy target continuations",
-        "code": "2,000 Python files of site-packages + 1,000 greedy target continuations",
-        "general": "half of the chat and half of the code corpus"}
-for name in ("chat", "code", "general"):
-    folder = Path(f"/tmp/drafts/smollm2-{name}")
-    distill(target, tokenizer, texts[name], folder, num_layers=2, intermediate_size=768, vocab_size=8192,
-            steps=STEPS, batch_size=32, seq_len=256, lr=1e-3, top_k=64, progress=False,
-            card={"name": f"smollm2-{name}", "domain": name, "data": data[name], "base_model": "SmolLM2-135M-Instruct"})
-    shutil.copy(folder / "compact" / "model.safetensors", out / f"smollm2-{name}.safetensors")
-    results.setdefault("training", {})[name] = json.loads((folder / "training.json").read_text())
-    save()
-with tarfile.open(out / "meta.tar", "w") as tar:
-    for name in ("chat", "code", "general"):
-        tar.add(f"/tmp/drafts/smollm2-{name}/compact/config.json", f"smollm2-{name}/config.json")
-        tar.add(f"/tmp/drafts/smollm2-{name}/training.json", f"smollm2-{name}/training.json")
-        tar.add(f"/tmp/drafts/smollm2-{name}/compact/vocab.safetensors", f"smollm2-{name}/vocab.safetensors")
-
-print(json.dumps({k: v for k, v in results.items() if k != "training"}, indent=1))
+data = {
+    "chat": f"chitchat-dataset conversations [1000, 3000) + greedy target continuations ({NEW_TOKENS} tokens) of "
+            f"{len(generated['chat']):,} conversation openings (1, 3 or 5 turns) from conversations [1000, 3000)",
+    "code": f"2,000 Python files of site-packages + greedy target continuations ({NEW_TOKENS} tokens) of "
+            f"{len(generated['code']):,} function signatures with docstrings from site-packages",
+    "general": "half of the chat and half of the code corpus",
+}
+for layers, width in VARIANTS:
+    for domain in DOMAINS:
+        name, tag = f"smollm2-{domain}", f"{layers}x{width}-{domain}"
+        folder = Path(f"/tmp/drafts/{tag}")
+        t0 = time.time()
+        distill(target, tokenizer, texts[domain], folder, num_layers=layers, intermediate_size=width, vocab_size=8192,
+                steps=STEPS, batch_size=32, seq_len=256, lr=1e-3, top_k=64, progress=False,
+                card={"name": name, "domain": domain, "data": data[domain], "base_model": "SmolLM2-135M-Instruct"})
+        record = json.loads((folder / "training.json").read_text())
+        record["wall_seconds"] = round(time.time() - t0, 1)
+        draft = load_compact(folder / "compact", target, name=name)
+        record["measured"] = {d: acceptance(target, tokenizer, draft, ps, 4, 64, batch_size=24)
+                              for d, ps in corpus["eval"].items()}
+        results["drafts"][tag] = record
+        save()
+        print(tag, json.dumps(record["measured"]), record["wall_seconds"], "s", flush=True)
+        (folder / "compact" / "training.json").write_text(json.dumps(record, indent=1))
+        with tarfile.open(out / f"{tag}.tar", "w") as tar:
+            tar.add(folder / "compact", name)

@@ -7,9 +7,11 @@ for training; code prompts are HumanEval's, code training text comes from site-p
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import importlib.util
 import json
+import textwrap
 import sysconfig
 from pathlib import Path
 
@@ -67,20 +69,46 @@ def _messages(turns: list[str]) -> list[dict]:
     return [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(turns)]
 
 
-def code_texts(num: int, max_chars: int = 4000, min_chars: int = 400) -> Dataset:
-    """Python sources of installed third-party packages (column ``text``), sorted by path, each cut to
-    ``max_chars``; test files and files shorter than ``min_chars`` are skipped."""
+def _package_sources():
+    """``(path, text)`` of the installed third-party packages' Python files, sorted by path, without tests and
+    without this package."""
     root = Path(sysconfig.get_paths()["purelib"])
-    rows = []
     for path in sorted(root.glob("*/**/*.py")):
         if "test" in path.as_posix().lower() or path.parts[len(root.parts)].startswith(("flashspec", "_")):
             continue
-        text = path.read_text(errors="ignore")
-        if len(text) >= min_chars:
-            rows.append({"text": text[:max_chars]})
-        if len(rows) == num:
-            break
-    return Dataset.from_list(rows)
+        yield path, path.read_text(errors="ignore")
+
+
+def code_texts(num: int, max_chars: int = 4000, min_chars: int = 400) -> Dataset:
+    """Python sources of installed third-party packages (column ``text``), sorted by path, each cut to
+    ``max_chars``; test files and files shorter than ``min_chars`` are skipped."""
+    rows = [{"text": text[:max_chars]} for _, text in _package_sources() if len(text) >= min_chars]
+    return Dataset.from_list(rows[:num])
+
+
+def function_prompts(num: int, max_chars: int = 1200) -> list[str]:
+    """HumanEval-shaped prompts from installed packages: a module-level function's signature and docstring
+    (dedented, at most ``max_chars``; at most 3 per file), for the target to complete. Functions with a docstring under 80 characters
+    are skipped. Never HumanEval's own problems, which are the evaluation prompts."""
+    prompts = []
+    for _, text in _package_sources():
+        try:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError):
+            continue
+        lines, taken = text.splitlines(keepends=True), 0
+        for node in tree.body:
+            doc = ast.get_docstring(node) if isinstance(node, ast.FunctionDef) else None
+            if not doc or len(doc) < 80 or not node.body[0].end_lineno:
+                continue
+            start = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+            prompt = textwrap.dedent("".join(lines[start - 1 : node.body[0].end_lineno]))
+            if len(prompt) <= max_chars and taken < 3:  # at most 3 per file, for variety
+                prompts.append(prompt)
+                taken += 1
+            if len(prompts) == num:
+                return prompts
+    return prompts
 
 
 def prose_prompts(num: int, chars: int = 400) -> Dataset:
@@ -128,22 +156,27 @@ def jsonl_prompts(path: str | Path, num: int | None = None) -> Dataset:
     return data.select(range(min(num, len(data)))) if num else data
 
 
-def distill_corpus(domain: str, tokenizer: PreTrainedTokenizerBase, num: int = 2000) -> tuple[list[str], list[str]]:
-    """Training text for a draft of ``domain`` (``chat``, ``code`` or ``general`` = half of each), and prompts
-    whose target continuations extend it. None of it overlaps the evaluation prompts.
+def distill_corpus(
+    domain: str, tokenizer: PreTrainedTokenizerBase, num: int = 2000, num_prompts: int | None = None
+) -> tuple[list[str], list[str]]:
+    """Training text for a draft of ``domain`` (``chat``, ``code`` or ``general`` = half of each): ``num``
+    documents, and ``num_prompts`` (default ``num``) prompts shaped like the evaluation prompts, whose target
+    continuations extend it (chat: the first 1, 3 or 5 turns of a conversation; code: :func:`function_prompts`).
+    None of it overlaps the evaluation prompts.
 
     Raises:
         ValueError: unknown domain.
     """
+    num_prompts = num if num_prompts is None else num_prompts
     if domain == "chat":
         texts = list(chat_texts(tokenizer, num)["text"])
         turns = [1, 3, 5]
-        prompts = [p for t in turns for p in chat_prompts(tokenizer, num // 3, t, CHAT_TRAIN_START)["prompt"]]
+        prompts = [p for t in turns for p in chat_prompts(tokenizer, num_prompts // 3, t, CHAT_TRAIN_START)["prompt"]]
         return texts, prompts
     if domain == "code":
-        texts = list(code_texts(num)["text"])
-        return texts, [t[: t.find("\n", 300) + 1 or 300] for t in texts]
+        return list(code_texts(num)["text"]), function_prompts(num_prompts)
     if domain == "general":
-        chat, code = distill_corpus("chat", tokenizer, num // 2), distill_corpus("code", tokenizer, num // 2)
+        chat = distill_corpus("chat", tokenizer, num // 2, num_prompts // 2)
+        code = distill_corpus("code", tokenizer, num // 2, num_prompts // 2)
         return chat[0] + code[0], chat[1] + code[1]
     raise ValueError(f"unknown domain {domain!r}: choose chat, code or general")

@@ -81,6 +81,22 @@ def pack(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], seq_len: int)
 
 
 @torch.no_grad()
+def teacher_topk(target: PreTrainedModel, blocks: torch.Tensor, k: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's next-token distribution at every position of ``blocks`` (int64 ``[N, L]``), kept to its
+    top ``k`` tokens and renormalised: probabilities fp16 ``[N, L, k]`` and token ids int32 ``[N, L, k]``, on the
+    target's device. Computed once, so training steps run the draft only (bf16 autocast on CUDA)."""
+    device = target.device
+    probs = torch.empty(*blocks.shape, k, dtype=torch.float16, device=device)  # [N, L, k]
+    ids = torch.empty(*blocks.shape, k, dtype=torch.int32, device=device)  # [N, L, k]
+    for i in range(0, len(blocks), batch_size):
+        with _autocast(device):
+            logits = target(blocks[i : i + batch_size].to(device)).logits.float()  # [b, L, V]
+        top, idx = logits.topk(k, dim=-1)  # [b, L, k]
+        probs[i : i + batch_size], ids[i : i + batch_size] = top.softmax(dim=-1), idx
+    return probs, ids
+
+
+@torch.no_grad()
 def target_continuations(
     target: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -158,6 +174,7 @@ def distill(
         raise ValueError(f"{len(blocks)} blocks of {seq_len} tokens is less than one batch of {batch_size}")
     device = target.device
     target.eval()
+    teacher_p, teacher_i = teacher_topk(target, blocks, top_k, batch_size)  # [N, seq_len, k] fp16, int32
     draft = make_draft(target, num_layers, intermediate_size).train()
     params = [p for p in draft.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
@@ -168,17 +185,13 @@ def distill(
     start, losses, seconds = _resume(output_dir / "checkpoint.pt", draft, optimizer, schedule)
     started = time.time() - seconds
     order = torch.randperm(len(blocks), generator=torch.Generator().manual_seed(seed))
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
     bar = tqdm(range(start, steps), desc="distill", disable=not progress, initial=start, total=steps)
     for step in bar:
         pick = order[(torch.arange(batch_size) + step * batch_size) % len(blocks)]
         ids = blocks[pick].to(device)  # [batch, seq_len]
-        with torch.no_grad(), autocast:
-            teacher = target(ids).logits.float()  # [batch, seq_len, V]
-        top_p, top_i = teacher.topk(top_k, dim=-1)  # [batch, seq_len, k]
-        top_p = top_p.softmax(dim=-1)
-        del teacher
-        with autocast:
+        pick = pick.to(device)
+        top_p, top_i = teacher_p[pick].float(), teacher_i[pick].long()  # [batch, seq_len, k]
+        with _autocast(device):
             student = draft(ids).logits.float()  # [batch, seq_len, V]
         loss = -(top_p * student.log_softmax(dim=-1).gather(-1, top_i)).sum(-1).mean()
         optimizer.zero_grad(set_to_none=True)
@@ -317,6 +330,10 @@ def load_compact(folder: str | Path, target: PreTrainedModel, name: str | None =
         draft.lm_head.weight.data = head_weight.data[ids]  # [S, hidden], a copy
         draft.register_buffer("draft_vocab_ids", ids, persistent=False)  # moves with the draft
     return draft
+
+
+def _autocast(device: torch.device):
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
 
 def _checkpoint(path: Path, draft, optimizer, schedule, step: int, losses: list[float], seconds: float) -> None:
