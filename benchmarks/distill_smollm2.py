@@ -30,6 +30,7 @@ VARIANTS = [tuple(map(int, v.split("x"))) for v in os.environ.get("VARIANTS", "2
 DOMAINS = os.environ.get("DOMAINS", "chat,code,general").split(",")
 CACHE = Path("/tmp/fs_continuations.json.gz")
 DEVICE = os.environ.get("DEVICE", "cuda")  # cpu for a smoke run
+MAX_PROMPT_TOKENS = 512  # longer training prompts are left out (they would only pad the batches)
 out = Path(os.environ["OUT"])
 corpus = json.load(gzip.open(sys.argv[1], "rt"))
 results_path = out / "results.json"
@@ -49,7 +50,8 @@ def continuations(target, tokenizer) -> dict[str, list[str]]:
         return json.load(gzip.open(CACHE, "rt"))
     t0, generated = time.time(), {}
     for domain in ("chat", "code"):
-        prompts = sorted(corpus[domain]["prompts"], key=len)
+        lengths = [len(ids) for ids in tokenizer(corpus[domain]["prompts"])["input_ids"]]
+        prompts = [p for n, p in sorted(zip(lengths, corpus[domain]["prompts"])) if n <= MAX_PROMPT_TOKENS]
         generated[domain] = target_continuations(target, tokenizer, prompts, NEW_TOKENS, batch_size=384, temperature=None)
         print(domain, len(prompts), "continued", round(time.time() - t0), "s", flush=True)
     results["continuations_seconds"] = round(time.time() - t0, 1)
