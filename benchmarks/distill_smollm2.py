@@ -24,19 +24,19 @@ from flashspec_hf.distill import distill, load_compact, target_continuations
 from flashspec_hf.evaluation import acceptance
 from flashspec_hf.models import load_target
 
-STEPS = int(os.environ.get("DISTILL_STEPS", 2500))
+STEPS = int(os.environ.get("DISTILL_STEPS", 4000))
 NEW_TOKENS = int(os.environ.get("NEW_TOKENS", 96))
 VARIANTS = [tuple(map(int, v.split("x"))) for v in os.environ.get("VARIANTS", "2x768").split(",")]
 DOMAINS = os.environ.get("DOMAINS", "chat,code,general").split(",")
 CACHE = Path("/tmp/fs_continuations.json.gz")
 DEVICE = os.environ.get("DEVICE", "cuda")  # cpu for a smoke run
-MAX_PROMPT_TOKENS = 512  # longer training prompts are left out (they would only pad the batches)
+RAW_TEXT = os.environ.get("RAW_TEXT", "0") == "1"  # 1: also train on the raw corpus
 out = Path(os.environ["OUT"])
 corpus = json.load(gzip.open(sys.argv[1], "rt"))
 results_path = out / "results.json"
 results = {
     "gpu": torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE, "torch": torch.__version__, "transformers": transformers.__version__,
-    "date": time.strftime("%Y-%m-%d"), "steps": STEPS, "new_tokens": NEW_TOKENS, "drafts": {},
+    "date": time.strftime("%Y-%m-%d"), "steps": STEPS, "new_tokens": NEW_TOKENS, "raw_text": RAW_TEXT, "drafts": {},
 }
 
 
@@ -45,15 +45,13 @@ def save():
 
 
 def continuations(target, tokenizer) -> dict[str, list[str]]:
-    """Greedy target continuations of every training prompt, by domain (prompts sorted by length to batch)."""
+    """Greedy target continuations of the training prompts, by domain."""
     if CACHE.exists():
         return json.load(gzip.open(CACHE, "rt"))
     t0, generated = time.time(), {}
     for domain in ("chat", "code"):
-        lengths = [len(ids) for ids in tokenizer(corpus[domain]["prompts"])["input_ids"]]
-        prompts = [p for n, p in sorted(zip(lengths, corpus[domain]["prompts"])) if n <= MAX_PROMPT_TOKENS]
-        generated[domain] = target_continuations(target, tokenizer, prompts, NEW_TOKENS, batch_size=384, temperature=None)
-        print(domain, len(prompts), "continued", round(time.time() - t0), "s", flush=True)
+        generated[domain] = target_continuations(target, tokenizer, corpus[domain]["prompts"], NEW_TOKENS, batch_size=384)
+        print(domain, len(generated[domain]), "continued", round(time.time() - t0), "s", flush=True)
     results["continuations_seconds"] = round(time.time() - t0, 1)
     with gzip.open(CACHE, "wt") as f:
         json.dump(generated, f)
@@ -62,12 +60,12 @@ def continuations(target, tokenizer) -> dict[str, list[str]]:
 
 target, tokenizer = load_target(dtype=torch.float32, device=DEVICE)
 generated = continuations(target, tokenizer)
-texts = {d: corpus[d]["texts"] + generated[d] for d in ("chat", "code")}
+texts = {d: (corpus[d]["texts"] if RAW_TEXT else []) + generated[d] for d in ("chat", "code")}
 texts["general"] = texts["chat"][::2] + texts["code"][::2]
 data = {
-    "chat": f"chitchat-dataset conversations [1000, 3000) + greedy target continuations ({NEW_TOKENS} tokens) of "
-            f"{len(generated['chat']):,} conversation openings (1, 3 or 5 turns) from conversations [1000, 3000)",
-    "code": f"2,000 Python files of site-packages + greedy target continuations ({NEW_TOKENS} tokens) of "
+    "chat": ("chitchat-dataset conversations [1000, 3000) + " if RAW_TEXT else "") + f"greedy target continuations ({NEW_TOKENS} tokens) of "
+            f"{len(generated['chat']):,} conversation openings (1, 3 or 5 turns) from conversations 1000 on",
+    "code": ("2,000 Python files of site-packages + " if RAW_TEXT else "") + f"greedy target continuations ({NEW_TOKENS} tokens) of "
             f"{len(generated['code']):,} function signatures with docstrings from site-packages",
     "general": "half of the chat and half of the code corpus",
 }

@@ -1,6 +1,7 @@
-"""Write model_cards/smollm2-*.md for the bundled assistants from their training records and the acceptance in
-benchmarks/results/acceptance_cpu.json (flashspec_hf.evaluation.acceptance per assistant per domain):
-python -m benchmarks.write_model_cards"""
+"""Write model_cards/smollm2-*.md for the bundled assistants from their training records (which hold the
+acceptance measured on the H200 by benchmarks/distill_smollm2.py), the CPU acceptance in
+benchmarks/results/acceptance_cpu.json (benchmarks/acceptance_cpu.py) and the runs compared in
+benchmarks/results/distill_h200.json: python -m benchmarks.write_model_cards"""
 
 import json
 from pathlib import Path
@@ -8,13 +9,37 @@ from pathlib import Path
 from flashspec_hf.distill import model_card
 
 root = Path(__file__).resolve().parents[1]
-measured = json.loads((root / "benchmarks/results/acceptance_cpu.json").read_text())
-setup = ("Held-out prompts (12 per domain: chitchat conversations 0–11, HumanEval 0–11, package descriptions), "
-         "greedy, γ = 4, 64 new tokens, fp32 on CPU (2 cores), torch 2.13.0+cpu, transformers 5.24.0, 2026-11-29. "
-         "Measured with `flashspec_hf.evaluation.acceptance`.")
+cpu = json.loads((root / "benchmarks/results/acceptance_cpu.json").read_text())
+runs = json.loads((root / "benchmarks/results/distill_h200.json").read_text())["runs"]
+held_out = "chitchat conversations 0–{n} in the chat template, HumanEval 0–{n}, package descriptions"
+gpu_setup = (f"Held-out prompts (24 per domain: {held_out.format(n=23)}), greedy, γ = 4, 64 new tokens, fp32 target "
+             "on an NVIDIA H200, torch 2.11.0+cu130, transformers 5.17.0, 2026-11-29 "
+             "(`benchmarks/distill_smollm2.py`, `flashspec_hf.evaluation.acceptance`).")
+c = cpu["setup"]
+cpu_setup = (f"The same measurement on CPU (2 cores, fp32, {c['prompts_per_domain']} prompts per domain: "
+             f"{held_out.format(n=c['prompts_per_domain'] - 1)}), torch {c['torch']}, transformers {c['transformers']}, "
+             f"{c['date']} (`benchmarks/acceptance_cpu.py`).")
+
+
+def notes(domain: str) -> str:
+    """The H200 runs of this domain's draft: what data, depth and steps gave (τ on its own domain)."""
+    rows = [r for r in runs if r["draft"].endswith(f"-{domain}")]
+    lines = ["## Configurations compared (H200, same held-out prompts, `benchmarks/results/distill_h200.json`)", "",
+             "| layers × MLP width | data | steps | τ chat | τ code | τ prose | shipped |", "|---|---|---|---|---|---|---|"]
+    lines += [f"| {r['layers']} × {r['mlp_width']} | {r['data']} | {r['steps']:,} | {r['tau_chat']:.2f} | "
+              f"{r['tau_code']:.2f} | {r['tau_prose']:.2f} | {'yes' if r['shipped'] else ''} |" for r in rows]
+    return "\n".join(lines)
+
+
 for folder in sorted((root / "flashspec_hf/assistants").iterdir()):
     info = json.loads((folder / "training.json").read_text())
     short = folder.name.removeprefix("smollm2-")
-    rows = {k.split("|")[1]: v for k, v in measured.items() if k.split("|")[0] == short}
-    (root / "model_cards" / f"{folder.name}.md").write_text(model_card(info, {"setup": setup, **rows}))
+    on_cpu = {k.split("|")[1]: v for k, v in cpu.items() if k.split("|")[0] == short}
+    same = {d: (m["tau"], m["alpha"]) for d, m in on_cpu.items()} == {
+        d: (m["tau"], m["alpha"]) for d, m in info["measured"].items()}  # fp32 greedy: the same decisions
+    if same:
+        measured = [(f"{gpu_setup} {cpu_setup} It gave the same τ and α to every digit.", on_cpu)]
+    else:
+        measured = [(gpu_setup, info["measured"]), (cpu_setup, on_cpu)]
+    (root / "model_cards" / f"{folder.name}.md").write_text(model_card(info, measured, notes(short)))
     print("wrote", folder.name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import importlib.util
+import itertools
 import json
 import textwrap
 import sysconfig
@@ -50,12 +51,8 @@ def chat_prompts(tokenizer: PreTrainedTokenizerBase, num: int, turns: int = 3, s
 
 def chat_texts(tokenizer: PreTrainedTokenizerBase, num: int, start: int = CHAT_TRAIN_START) -> Dataset:
     """Whole conversations in the chat template (column ``text``), for distillation; from index ``start``."""
-    rows = []
-    for turns_text in _conversations(start):
-        rows.append({"text": tokenizer.apply_chat_template(_messages(turns_text), tokenize=False)})
-        if len(rows) == num:
-            break
-    return Dataset.from_list(rows)
+    conversations = itertools.islice(_conversations(start), num)
+    return Dataset.from_list([{"text": tokenizer.apply_chat_template(_messages(t), tokenize=False)} for t in conversations])
 
 
 def _conversations(start: int, stop: int | None = None):

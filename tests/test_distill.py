@@ -86,3 +86,32 @@ def test_loading_a_compact_draft_leaves_a_bf16_target_untouched(tmp_path):
     with torch.no_grad():
         assert torch.equal(target(ids).logits, before)
     assert "draft_vocab_ids" in dict(draft.named_buffers()) and draft.lm_head.weight.shape[0] == 49
+
+
+def test_teacher_topk_is_the_targets_renormalised_top_k():
+    from flashspec_hf.distill import teacher_topk
+
+    target = tiny_llama(layers=2, seed=0, peak=4.0)
+    blocks = torch.randint(3, 90, (5, 12), generator=torch.Generator().manual_seed(0))  # [N, L]
+    probs, ids = teacher_topk(target, blocks, k=7, batch_size=2)
+    assert probs.shape == ids.shape == (5, 12, 7) and probs.dtype == torch.float16 and ids.dtype == torch.int32
+    with torch.no_grad():
+        top, idx = target(blocks).logits.topk(7, dim=-1)  # [N, L, 7]
+    assert torch.equal(ids.long(), idx)
+    torch.testing.assert_close(probs.float(), top.softmax(-1), atol=1e-3, rtol=1e-3)
+
+
+def test_function_prompts_are_humaneval_shaped():
+    """Signature + docstring, ending where the body starts: the prompt plus an indented statement parses."""
+    import ast
+
+    from flashspec_hf.data import function_prompts
+
+    prompts = function_prompts(40)
+    assert len(prompts) == 40
+    for prompt in prompts:
+        last = prompt.rstrip("\n").rsplit("\n", 1)[-1]
+        indent = last[: len(last) - len(last.lstrip())]  # the docstring's, i.e. the body's
+        tree = ast.parse(prompt + indent + "pass\n")
+        function = tree.body[0]
+        assert isinstance(function, ast.FunctionDef) and len(ast.get_docstring(function)) >= 80
