@@ -167,8 +167,8 @@ def distill_corpus(
     num_prompts = num if num_prompts is None else num_prompts
     if domain == "chat":
         texts = list(chat_texts(tokenizer, num)["text"])
-        turns = [1, 3, 5]
-        prompts = [p for t in turns for p in chat_prompts(tokenizer, num_prompts // 3, t, CHAT_TRAIN_START)["prompt"]]
+        counts = {turns: num_prompts // 3 + (i < num_prompts % 3) for i, turns in enumerate((1, 3, 5))}
+        prompts = [p for t, n in counts.items() if n for p in chat_prompts(tokenizer, n, t, CHAT_TRAIN_START)["prompt"]]
         return texts, prompts
     if domain == "code":
         return list(code_texts(num)["text"]), function_prompts(num_prompts)
