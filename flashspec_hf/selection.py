@@ -257,6 +257,7 @@ SELECTORS = {
     "discounted_thompson": lambda: ThompsonSampling(discount=0.998),
     "discounted_ucb": lambda: UCB1(discount=0.998),
     "cost_aware_thompson": lambda: ThompsonSampling(cost_aware=True),
+    "cost_aware_discounted_thompson": lambda: ThompsonSampling(discount=0.99, cost_aware=True),
     "cost_aware_ucb1": lambda: UCB1(exploration=0.5, cost_aware=True),
     "cost_aware_hedge": lambda: Hedge(cost_aware=True),
     "round_robin": RoundRobin,
@@ -265,8 +266,10 @@ SELECTORS = {
 
 
 def make_selector(spec: str | Selector | None, num_arms: int, gammas: list[int] | None = None) -> Selector:
-    """Selector from a name in :data:`SELECTORS` (a fresh one; the discounted ones use ``discount=0.998``, a
-    memory of about 500 steps) or an instance (kept as is); None = Thompson. ``gammas``: γ of each arm.
+    """Selector from a name in :data:`SELECTORS` (a fresh one; ``discounted_*`` use ``discount=0.998``, a memory
+    of about 500 steps; ``cost_aware_discounted_thompson`` 0.99, about 100 steps, for one selector serving a
+    stream of prompts whose domain changes) or an instance (kept as is); None = Thompson. ``gammas``: γ of each
+    arm.
 
     Raises:
         ValueError: unknown name. TypeError: neither a name nor a :class:`Selector`.

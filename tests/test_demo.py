@@ -26,6 +26,7 @@ def test_demo_json_on_real_prompts(tmp_path, capsys):
     assert domains["all"]["identical"] == 2 and domains["all"]["tau"] >= 1.0
     assert "prompt_lookup" in domains["all"]["arm_share"]
     assert len(out["prompts"]) == 2 and all(p["divergence"] is None for p in out["prompts"])
+    assert out["setup"]["selector"] == "cost_aware_discounted_thompson (one for all prompts)"
     table = format_table(out["summary"], out["setup"], greedy=True)
     assert "code" in table and "2/2" in table
 

@@ -270,3 +270,14 @@ def test_summary_alpha_uses_each_arms_own_gamma():
                identical=True, arms=[0, 1], accepted=[2, 4], arm_names=["a@2", "a@4"], gamma=4, arm_gammas=[2, 4])
     (summary, _) = summarize([row])
     assert summary["alpha"] == {"a@2": 1.0, "a@4": 1.0}
+
+
+def test_a_selector_instance_learns_across_prompts(target, assistants, tokenizer):  # noqa: F811
+    """A Selector passed in keeps its statistics from prompt to prompt (the CLIs' default); a name starts afresh."""
+    data = Dataset.from_dict({"prompt": PROMPTS})
+    selector = flashspec_hf.SELECTORS["cost_aware_discounted_thompson"]()
+    report = evaluate(target, tokenizer, assistants, data, max_new_tokens=8, selector=selector, progress=False,
+                      setup={"selector": "cost_aware_discounted_thompson (one for all prompts)"})
+    assert sum(selector.chosen) == sum(p["steps"] for p in report.prompts)  # every prompt's steps, not the last's
+    assert report.setup["selector"] == "cost_aware_discounted_thompson (one for all prompts)"
+    assert selector.discount == 0.99 and selector.cost_aware
