@@ -3,6 +3,8 @@
 benchmarks/results/acceptance_cpu.json, keyed ``assistant|domain`` (read by benchmarks/write_model_cards.py)."""
 
 import json
+import os
+import platform
 import sys
 import time
 from pathlib import Path
@@ -22,10 +24,12 @@ prompts = {
     "prose": list(prose_prompts(num)["prompt"]),
 }
 results = {"setup": {"prompts_per_domain": num, "torch": torch.__version__, "transformers": transformers.__version__,
-                     "date": time.strftime("%Y-%m-%d"), "device": "cpu", "dtype": "float32"}}
+                     "date": time.strftime("%Y-%m-%d"), "device": "cpu", "dtype": "float32",
+                     "machine": f"{platform.machine()}, {os.cpu_count()} CPUs"}}
 for name, draft in zip(BUNDLED_ASSISTANTS, distilled_assistants(target), strict=True):
     for domain, ps in prompts.items():
-        results[f"{name.removeprefix('smollm2-')}|{domain}"] = acceptance(target, tokenizer, draft, ps, 4, 64)
-        print(name, domain, results[f"{name.removeprefix('smollm2-')}|{domain}"], flush=True)
+        key = f"{name.removeprefix('smollm2-')}|{domain}"
+        results[key] = acceptance(target, tokenizer, draft, ps, 4, 64)
+        print(key, results[key], flush=True)
 path = Path(__file__).resolve().parent / "results" / "acceptance_cpu.json"
 path.write_text(json.dumps(results, indent=1))

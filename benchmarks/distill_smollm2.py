@@ -11,6 +11,7 @@ Writes to $OUT: ``results.json`` (training records and τ/α per evaluation doma
 import gzip
 import json
 import os
+import shutil
 import sys
 import tarfile
 import time
@@ -28,7 +29,7 @@ STEPS = int(os.environ.get("DISTILL_STEPS", 4000))
 NEW_TOKENS = int(os.environ.get("NEW_TOKENS", 96))
 VARIANTS = [tuple(map(int, v.split("x"))) for v in os.environ.get("VARIANTS", "2x768").split(",")]
 DOMAINS = os.environ.get("DOMAINS", "chat,code,general").split(",")
-CACHE = Path("/tmp/fs_continuations.json.gz")
+CACHE = Path(f"/tmp/fs_continuations_{NEW_TOKENS}.json.gz")  # the corpus is fixed: one cache per length
 DEVICE = os.environ.get("DEVICE", "cuda")  # cpu for a smoke run
 RAW_TEXT = os.environ.get("RAW_TEXT", "0") == "1"  # 1: also train on the raw corpus
 out = Path(os.environ["OUT"])
@@ -73,6 +74,7 @@ for layers, width in VARIANTS:
     for domain in DOMAINS:
         name, tag = f"smollm2-{domain}", f"{layers}x{width}-{domain}"
         folder = Path(f"/tmp/drafts/{tag}")
+        shutil.rmtree(folder, ignore_errors=True)  # distill() would resume a checkpoint of another configuration
         t0 = time.time()
         distill(target, tokenizer, texts[domain], folder, num_layers=layers, intermediate_size=width, vocab_size=8192,
                 steps=STEPS, batch_size=32, seq_len=256, lr=1e-3, top_k=64, progress=False,

@@ -12,8 +12,8 @@ import importlib.metadata
 import importlib.util
 import itertools
 import json
-import textwrap
 import sysconfig
+import textwrap
 from pathlib import Path
 
 from datasets import Dataset, concatenate_datasets, load_dataset
@@ -50,9 +50,11 @@ def chat_prompts(tokenizer: PreTrainedTokenizerBase, num: int, turns: int = 3, s
 
 
 def chat_texts(tokenizer: PreTrainedTokenizerBase, num: int, start: int = CHAT_TRAIN_START) -> Dataset:
-    """Whole conversations in the chat template (column ``text``), for distillation; from index ``start``."""
+    """Whole conversations in the chat template (column ``text``, ``num`` rows at most), for distillation; from
+    index ``start``."""
     conversations = itertools.islice(_conversations(start), num)
-    return Dataset.from_list([{"text": tokenizer.apply_chat_template(_messages(t), tokenize=False)} for t in conversations])
+    texts = [tokenizer.apply_chat_template(_messages(t), tokenize=False) for t in conversations]
+    return Dataset.from_dict({"text": texts})
 
 
 def _conversations(start: int, stop: int | None = None):
@@ -67,45 +69,41 @@ def _messages(turns: list[str]) -> list[dict]:
 
 
 def _package_sources():
-    """``(path, text)`` of the installed third-party packages' Python files, sorted by path, without tests and
-    without this package."""
+    """The text of each installed third-party package's Python file, sorted by path, without tests and without
+    this package."""
     root = Path(sysconfig.get_paths()["purelib"])
     for path in sorted(root.glob("*/**/*.py")):
         if "test" in path.as_posix().lower() or path.parts[len(root.parts)].startswith(("flashspec", "_")):
             continue
-        yield path, path.read_text(errors="ignore")
+        yield path.read_text(errors="ignore")
 
 
 def code_texts(num: int, max_chars: int = 4000, min_chars: int = 400) -> Dataset:
-    """Python sources of installed third-party packages (column ``text``), sorted by path, each cut to
-    ``max_chars``; test files and files shorter than ``min_chars`` are skipped."""
-    rows = [{"text": text[:max_chars]} for _, text in _package_sources() if len(text) >= min_chars]
-    return Dataset.from_list(rows[:num])
+    """Python sources of installed third-party packages (column ``text``, ``num`` rows at most), sorted by path,
+    each cut to ``max_chars``; test files and files shorter than ``min_chars`` are skipped."""
+    texts = (text[:max_chars] for text in _package_sources() if len(text) >= min_chars)
+    return Dataset.from_dict({"text": list(itertools.islice(texts, num))})
 
 
 def function_prompts(num: int, max_chars: int = 1200) -> list[str]:
-    """HumanEval-shaped prompts from installed packages: a module-level function's signature and docstring
-    (dedented, at most ``max_chars``; at most 3 per file), for the target to complete. Functions with a docstring under 80 characters
-    are skipped. Never HumanEval's own problems, which are the evaluation prompts."""
+    """At most ``num`` HumanEval-shaped prompts from installed packages: a module-level function's signature and
+    docstring (dedented, at most ``max_chars``; at most 3 per file), for the target to complete. Functions with a
+    docstring under 80 characters are skipped. Never HumanEval's own problems, which are the evaluation prompts.
+    About 7,900 exist in this project's environment."""
     prompts = []
-    for _, text in _package_sources():
+    for text in _package_sources():
+        if len(prompts) >= num:
+            break
         try:
             tree = ast.parse(text)
         except (SyntaxError, ValueError):
             continue
-        lines, taken = text.splitlines(keepends=True), 0
-        for node in tree.body:
-            doc = ast.get_docstring(node) if isinstance(node, ast.FunctionDef) else None
-            if not doc or len(doc) < 80 or not node.body[0].end_lineno:
-                continue
-            start = node.decorator_list[0].lineno if node.decorator_list else node.lineno
-            prompt = textwrap.dedent("".join(lines[start - 1 : node.body[0].end_lineno]))
-            if len(prompt) <= max_chars and taken < 3:  # at most 3 per file, for variety
-                prompts.append(prompt)
-                taken += 1
-            if len(prompts) == num:
-                return prompts
-    return prompts
+        lines = text.splitlines(keepends=True)
+        functions = [n for n in tree.body if isinstance(n, ast.FunctionDef) and len(ast.get_docstring(n) or "") >= 80]
+        starts = [n.decorator_list[0].lineno if n.decorator_list else n.lineno for n in functions]
+        found = [textwrap.dedent("".join(lines[a - 1 : n.body[0].end_lineno])) for a, n in zip(starts, functions)]
+        prompts += [p for p in found if len(p) <= max_chars][:3]  # signature + docstring; 3 per file, for variety
+    return prompts[:num]
 
 
 def prose_prompts(num: int, chars: int = 400) -> Dataset:

@@ -1,9 +1,12 @@
 """Distillation on CPU with tiny models: trains, resumes, writes a from_pretrained folder and a compact draft."""
 
+import json
+
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from flashspec_hf.distill import distill, load_compact, make_draft, pack
+from flashspec_hf.distill import distill, load_compact, make_draft, pack, target_continuations
 from flashspec_hf.evaluation import acceptance
 
 from .conftest import tiny_llama
@@ -39,6 +42,41 @@ def test_distill_trains_resumes_and_loads(tmp_path, tokenizer):  # noqa: F811
     assert stats["tau"] >= 1.0 and 0.0 <= stats["alpha"] <= 1.0
 
 
+def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path, tokenizer, monkeypatch):  # noqa: F811
+    """Stopped after its step-3 checkpoint and run again, distillation ends where an uninterrupted run ends."""
+    import flashspec_hf.distill as distill_module
+
+    target = tiny_llama(layers=3, seed=0, peak=4.0)
+    kwargs = dict(num_layers=1, seq_len=16, batch_size=8, steps=6, checkpoint_every=3, progress=False)
+    whole = load_compact(distill(target, tokenizer, TEXTS, tmp_path / "whole", **kwargs) / "compact", target)
+    clip, calls = distill_module.nn.utils.clip_grad_norm_, []
+
+    def crash_at_step_4(*args, **kw):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return clip(*args, **kw)
+
+    monkeypatch.setattr(distill_module.nn.utils, "clip_grad_norm_", crash_at_step_4)
+    with pytest.raises(KeyboardInterrupt):
+        distill(target, tokenizer, TEXTS, tmp_path / "cut", **kwargs)
+    assert torch.load(tmp_path / "cut" / "checkpoint.pt")["step"] == 3
+    calls.clear()
+    monkeypatch.setattr(distill_module.nn.utils, "clip_grad_norm_", lambda *a, **kw: calls.append(1) or clip(*a, **kw))
+    resumed = load_compact(distill(target, tokenizer, TEXTS, tmp_path / "cut", **kwargs) / "compact", target)
+    assert len(calls) == 3  # steps 4 to 6 only
+    for (name, a), b in zip(whole.state_dict().items(), resumed.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+
+
+def test_target_continuations_batch_by_length_and_drop_long_prompts(tokenizer):  # noqa: F811
+    target = tiny_llama(layers=2, seed=0, peak=4.0)
+    prompts = ["w5 w8 w11 w14 w17", "w40", "w3 w4 w5 w6 w7 w8 w9 w10 w11", "w20 w21"]  # 5, 1, 9, 2 tokens
+    out = target_continuations(target, tokenizer, prompts, max_new_tokens=3, batch_size=2, max_prompt_tokens=6)
+    kept = ["w40", "w20 w21", prompts[0]]  # shortest first; the 9-token prompt is over the limit
+    assert len(out) == 3 and all(o.startswith(p) and len(o) > len(p) for o, p in zip(out, kept, strict=True))
+
+
 def test_distillation_raises_acceptance(tmp_path, tokenizer):  # noqa: F811
     """A draft trained on the target's own text must agree with it more than the untrained early exit."""
     target = tiny_llama(layers=3, seed=0, peak=4.0)
@@ -52,15 +90,14 @@ def test_distillation_raises_acceptance(tmp_path, tokenizer):  # noqa: F811
 
 def test_distill_cli_on_the_real_target(tmp_path):
     """flashspec-distill end to end on SmolLM2 (tiny budget): a loadable folder, its card and a compact draft."""
-    import pytest
-
     pytest.importorskip("chitchat_dataset")
     from flashspec_hf.distill import main
     from flashspec_hf.models import load_target
 
-    out = tmp_path / "chat"
-    main(["--domain", "chat", "--output", str(out), "--steps", "2", "--num-texts", "24", "--self-generated", "2",
+    out = tmp_path / "chat"  # the default recipe (no raw documents), on a tiny budget
+    main(["--domain", "chat", "--output", str(out), "--steps", "2", "--self-generated", "6",
           "--batch-size", "2", "--seq-len", "32", "--device", "cpu"])
+    assert "continuations (96 tokens) of 6 prompts" in json.loads((out / "training.json").read_text())["data"]
     assert (out / "README.md").read_text().startswith("---\nlibrary_name: transformers")
     target, _ = load_target()
     draft = load_compact(out / "compact", target)
