@@ -36,8 +36,9 @@ out = Path(os.environ["OUT"])
 corpus = json.load(gzip.open(sys.argv[1], "rt"))
 results_path = out / "results.json"
 results = {
-    "gpu": torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE, "torch": torch.__version__, "transformers": transformers.__version__,
-    "date": time.strftime("%Y-%m-%d"), "steps": STEPS, "new_tokens": NEW_TOKENS, "raw_text": RAW_TEXT, "drafts": {},
+    "gpu": torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE,
+    "torch": torch.__version__, "transformers": transformers.__version__, "date": time.strftime("%Y-%m-%d"),
+    "steps": STEPS, "new_tokens": NEW_TOKENS, "raw_text": RAW_TEXT, "drafts": {},
 }
 
 
@@ -51,7 +52,8 @@ def continuations(target, tokenizer) -> dict[str, list[str]]:
         return json.load(gzip.open(CACHE, "rt"))
     t0, generated = time.time(), {}
     for domain in ("chat", "code"):
-        generated[domain] = target_continuations(target, tokenizer, corpus[domain]["prompts"], NEW_TOKENS, batch_size=384)
+        prompts = corpus[domain]["prompts"]
+        generated[domain] = target_continuations(target, tokenizer, prompts, NEW_TOKENS, batch_size=384)
         print(domain, len(generated[domain]), "continued", round(time.time() - t0), "s", flush=True)
     results["continuations_seconds"] = round(time.time() - t0, 1)
     with gzip.open(CACHE, "wt") as f:
@@ -63,11 +65,12 @@ target, tokenizer = load_target(dtype=torch.float32, device=DEVICE)
 generated = continuations(target, tokenizer)
 texts = {d: (corpus[d]["texts"] if RAW_TEXT else []) + generated[d] for d in ("chat", "code")}
 texts["general"] = texts["chat"][::2] + texts["code"][::2]
+continued = f"greedy target continuations ({NEW_TOKENS} tokens) of"
 data = {
-    "chat": ("chitchat-dataset conversations [1000, 3000) + " if RAW_TEXT else "") + f"greedy target continuations ({NEW_TOKENS} tokens) of "
-            f"{len(generated['chat']):,} conversation openings (1, 3 or 5 turns) from conversations 1000 on",
-    "code": ("2,000 Python files of site-packages + " if RAW_TEXT else "") + f"greedy target continuations ({NEW_TOKENS} tokens) of "
-            f"{len(generated['code']):,} function signatures with docstrings from site-packages",
+    "chat": ("chitchat-dataset conversations [1000, 3000) + " if RAW_TEXT else "")
+    + f"{continued} {len(generated['chat']):,} conversation openings (1, 3 or 5 turns) from conversations 1000 on",
+    "code": ("2,000 Python files of site-packages + " if RAW_TEXT else "")
+    + f"{continued} {len(generated['code']):,} function signatures with docstrings from site-packages",
     "general": "half of the chat and half of the code corpus",
 }
 for layers, width in VARIANTS:

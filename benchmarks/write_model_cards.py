@@ -10,24 +10,25 @@ from flashspec_hf.distill import model_card
 
 root = Path(__file__).resolve().parents[1]
 cpu = json.loads((root / "benchmarks/results/acceptance_cpu.json").read_text())
-runs = json.loads((root / "benchmarks/results/distill_h200.json").read_text())["runs"]
-held_out = "chitchat conversations 0–{n} in the chat template, HumanEval 0–{n}, package descriptions"
-gpu_setup = (f"Held-out prompts (24 per domain: {held_out.format(n=23)}), greedy, γ = 4, 64 new tokens, fp32 target "
-             "on an NVIDIA H200, torch 2.11.0+cu130, transformers 5.17.0, 2026-11-29 "
+h200 = json.loads((root / "benchmarks/results/distill_h200.json").read_text())
+held_out = ("the first {n} chitchat conversations with at least 3 turns, in the chat template; HumanEval 0–{last}; "
+            "package descriptions")
+g, c = h200["setup"], cpu["setup"]
+gpu_setup = (f"Held-out prompts ({held_out.format(n=24, last=23)}), greedy, γ = 4, 64 new tokens, fp32 target on an "
+             f"{g['gpu']}, torch {g['torch']}, transformers {g['transformers']}, {g['date']} "
              "(`benchmarks/distill_smollm2.py`, `flashspec_hf.evaluation.acceptance`).")
-c = cpu["setup"]
-cpu_setup = (f"The same measurement on CPU (2 cores, fp32, {c['prompts_per_domain']} prompts per domain: "
-             f"{held_out.format(n=c['prompts_per_domain'] - 1)}), torch {c['torch']}, transformers {c['transformers']}, "
-             f"{c['date']} (`benchmarks/acceptance_cpu.py`).")
+n = c["prompts_per_domain"]
+cpu_setup = (f"The same measurement on CPU ({c['machine']}, fp32, {held_out.format(n=n, last=n - 1)}), "
+             f"torch {c['torch']}, transformers {c['transformers']}, {c['date']} (`benchmarks/acceptance_cpu.py`).")
 
 
 def notes(domain: str) -> str:
-    """The H200 runs of this domain's draft: what data, depth and steps gave (τ on its own domain)."""
-    rows = [r for r in runs if r["draft"].endswith(f"-{domain}")]
+    """The H200 runs of this domain's draft: what data, depth and steps gave."""
     lines = ["## Configurations compared (H200, same held-out prompts, `benchmarks/results/distill_h200.json`)", "",
              "| layers × MLP width | data | steps | τ chat | τ code | τ prose | shipped |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {r['layers']} × {r['mlp_width']} | {r['data']} | {r['steps']:,} | {r['tau_chat']:.2f} | "
-              f"{r['tau_code']:.2f} | {r['tau_prose']:.2f} | {'yes' if r['shipped'] else ''} |" for r in rows]
+              f"{r['tau_code']:.2f} | {r['tau_prose']:.2f} | {'yes' if r['shipped'] else ''} |"
+              for r in h200["runs"] if r["draft"].endswith(f"-{domain}")]
     return "\n".join(lines)
 
 

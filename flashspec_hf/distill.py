@@ -83,7 +83,9 @@ def pack(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], seq_len: int)
 
 
 @torch.no_grad()
-def teacher_topk(target: PreTrainedModel, blocks: torch.Tensor, k: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def teacher_topk(
+    target: PreTrainedModel, blocks: torch.Tensor, k: int, batch_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The target's next-token distribution at every position of ``blocks`` (int64 ``[N, L]``), kept to its
     top ``k`` tokens and renormalised: probabilities fp16 ``[N, L, k]`` and token ids int32 ``[N, L, k]``, on the
     target's device (``6 N L k`` bytes). Computed once, so training steps run the draft only (bf16 autocast on
