@@ -286,8 +286,8 @@ def model_card(info: dict, measured: Sequence[tuple[str, dict]] = (), notes: str
         f"- data: {info.get('data', 'unknown')}",
         f"- {info['steps']:,} steps × {info['batch_size']} × {info['seq_len']} tokens "
         f"({info['tokens_seen']:,} tokens), lr {info['lr']}, top-k {info['top_k']}",
-        f"- {info['seconds']} s on {info['device']}; final loss "
-        + (f"{info['final_loss']:.3f}" if info.get("final_loss") is not None else "not recorded"),
+        f"- training steps: {info['seconds']} s on {info['device']} (not counting the target's continuations and "
+        "top-k pass); final loss " + (f"{info['final_loss']:.3f}" if info.get("final_loss") is not None else "not recorded"),
         "",
         "## Why this architecture",
         "",
