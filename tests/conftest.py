@@ -48,6 +48,15 @@ def assistants(target):
     return [early_exit, tiny_llama(layers=1, vocab=101, seed=5, peak=8.0)]
 
 
+def assert_rows_equal_stock(model, rows: list[list[int]], new: torch.Tensor, max_new_tokens: int) -> None:
+    """Each row of ``new`` ``[B, N]`` (a padded batch's new tokens) equals stock greedy ``generate`` of ``model`` on
+    that row alone, over stock's length (a row that stopped at EOS is padded after it in the batch)."""
+    for row, got in zip(rows, new, strict=True):
+        ids = torch.tensor([row], device=model.device)
+        want = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False)[0, len(row):]
+        assert torch.equal(got[: len(want)].to(want.device), want), f"row {row}"
+
+
 def left_padded(rows: list[list[int]], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """``input_ids``, ``attention_mask`` ``[B, max len]`` for token lists, padded on the left."""
     width = max(map(len, rows))

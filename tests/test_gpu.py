@@ -6,7 +6,7 @@ import torch
 from flashspec_hf.kernels.reference import draw_noise, verify_greedy_reference, verify_sampling_reference
 from flashspec_hf.verification import verify
 
-from .conftest import left_padded, tiny_llama
+from .conftest import assert_rows_equal_stock, left_padded, tiny_llama
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -51,9 +51,7 @@ def test_greedy_engine_on_cuda_equals_stock(cache_implementation):
     ids, mask = left_padded(rows)
     out = target.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=24, do_sample=False,
                           assistant_models=drafts, flashspec=True, cache_implementation=cache_implementation)
-    for row, got in zip(rows, out[:, ids.shape[1]:]):
-        want = target.generate(torch.tensor([row]).cuda(), max_new_tokens=24, do_sample=False)[0, len(row):]
-        assert torch.equal(got[: len(want)], want)
+    assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 24)
 
 
 def _static_models():
@@ -73,9 +71,7 @@ def test_static_engine_with_cuda_graphs_equals_stock():
         out = target.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=24, do_sample=False,
                               assistant_models=[*drafts, PromptLookup()], selector=RoundRobin(),
                               num_assistant_tokens=[2, 4], cache_implementation="static", flashspec=True)
-        for row, got in zip(rows, out[:, ids.shape[1]:]):
-            want = target.generate(torch.tensor([row]).cuda(), max_new_tokens=24, do_sample=False)[0, len(row):]
-            assert torch.equal(got[: len(want)], want), f"call {call}"
+        assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 24)
     runners = target.__dict__["_flashspec_static_runners"]
     assert any(runner.graphs for runner in runners.values()), "the target's verification forward was graphed"
 
@@ -126,9 +122,7 @@ def test_target_split_over_gpu_and_cpu_with_assistants_on_both(tmp_path, cache_i
     out = split.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=20, do_sample=False,
                          assistant_models=[drafts[0], drafts[1].cpu()], selector=RoundRobin(), flashspec=True,
                          cache_implementation=cache_implementation)
-    for row, got in zip(rows, out[:, ids.shape[1]:]):
-        want = split.generate(torch.tensor([row]).cuda(), max_new_tokens=20, do_sample=False)[0, len(row):]
-        assert torch.equal(got[: len(want)], want)
+    assert_rows_equal_stock(split, rows, out[:, ids.shape[1]:], 20)
 
 
 @pytest.mark.parametrize("cache_implementation", [None, "static"])
@@ -145,9 +139,7 @@ def test_nf4_target_equals_stock(tmp_path, cache_implementation):
     ids, mask = left_padded(rows)
     out = quantized.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=20, do_sample=False,
                              assistant_models=drafts, flashspec=True, cache_implementation=cache_implementation)
-    for row, got in zip(rows, out[:, ids.shape[1]:]):
-        want = quantized.generate(torch.tensor([row]).cuda(), max_new_tokens=20, do_sample=False)[0, len(row):]
-        assert torch.equal(got[: len(want)], want)
+    assert_rows_equal_stock(quantized, rows, out[:, ids.shape[1]:], 20)
 
 
 def test_cuda_default_falls_back_to_the_dynamic_loop_when_a_feature_needs_it():

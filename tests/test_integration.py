@@ -9,7 +9,7 @@ from transformers.generation.streamers import BaseStreamer
 
 from flashspec_hf import FlashSpecStats, ThompsonSampling, UCB1
 
-from .conftest import left_padded, tiny_llama
+from .conftest import assert_rows_equal_stock, left_padded, tiny_llama
 
 VOCAB = 97
 
@@ -165,6 +165,4 @@ def test_target_spread_by_accelerate_device_map(target, assistants, tmp_path, ca
     ids, mask = left_padded(rows)
     out = spread.generate(ids, attention_mask=mask, max_new_tokens=16, do_sample=False, assistant_models=assistants,
                           flashspec=True, cache_implementation=cache_implementation)
-    for row, got in zip(rows, out[:, ids.shape[1]:]):
-        want = target.generate(torch.tensor([row]), max_new_tokens=16, do_sample=False)[0, len(row):]
-        assert torch.equal(got[: len(want)], want)
+    assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 16)
