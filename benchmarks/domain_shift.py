@@ -109,9 +109,9 @@ def main() -> None:
             tokens, seconds = timed(target, inputs, assistant_models=pool, flashspec=True, selector=selector, **common)
             stats = target.flashspec_stats
             rows.append(dict(prompt=i, segment=segment, domain=domain, engine=name, new_tokens=tokens, seconds=seconds,
-                             steps=stats.steps, tau=stats.tau, arms=" ".join(map(str, stats.arms))))
+                             steps=stats.steps, tau=stats.tau, arms=" ".join(map(str, stats.step_arms))))
             if name in arms_over_time:
-                arms_over_time[name] += [(segment, a) for a in stats.arms]
+                arms_over_time[name] += [(segment, a) for a in stats.step_arms]
         print(f"prompt {i + 1}/{len(prompts)} ({domain}) done", flush=True)
     summary = summarize(rows, list(engines), args.segments)
     args.out.mkdir(exist_ok=True)

@@ -96,8 +96,8 @@ def compare_on_prompts(
                 "identical": plain.shape == flash.shape and bool(torch.equal(plain, flash)),
                 "divergence": None if sampled else first_divergence(target, plain, flash, length),
                 "steps": stats.steps,
-                "accepted": [step[0] for step in stats.accepted],
-                "arms": stats.arms,
+                "accepted": [step[0] for step in stats.step_accepted],
+                "arms": stats.step_arms,
                 "arm_names": stats.arm_names,
                 "gamma": stats.num_assistant_tokens,
                 "arm_gammas": stats.arm_gammas,
@@ -182,8 +182,8 @@ def acceptance(
             **inputs, max_new_tokens=max_new_tokens, do_sample=False, num_assistant_tokens=num_assistant_tokens,
             assistant_models=[assistant], selector=FixedArm(0), flashspec=True,
         )
-        merged.arms += target.flashspec_stats.arms
-        merged.accepted += target.flashspec_stats.accepted
+        merged.step_arms += target.flashspec_stats.step_arms
+        merged.step_accepted += target.flashspec_stats.step_accepted
     return {"tau": merged.tau, "alpha": merged.alpha.get("assistant", 0.0), "steps": merged.steps}
 
 
@@ -550,8 +550,8 @@ def _merged_stats(results: list[dict]) -> FlashSpecStats:
         results[0]["arm_names"],
         results[0]["gamma"],
         results[0].get("arm_gammas"),
-        arms=[a for r in results for a in r["arms"]],
-        accepted=[[n] for r in results for n in r["accepted"]],
+        step_arms=[a for r in results for a in r["arms"]],
+        step_accepted=[[n] for r in results for n in r["accepted"]],
     )
 
 

@@ -14,8 +14,8 @@ class FlashSpecStats:
             ``assistant_<i>``), with ``@γ`` appended when several γ were given.
         num_assistant_tokens: ``γ``, draft tokens per step (the largest, when arms differ).
         arm_gammas: γ of each arm (default: ``num_assistant_tokens`` for every arm).
-        arms: the arm chosen at each step.
-        accepted: per step, the accepted draft tokens of each row still generating at that step.
+        step_arms: per step, the index of the arm that drafted it.
+        step_accepted: per step, the accepted draft tokens of each row still generating at that step.
         step_seconds: wall time of each step (s), measured between the loop's per-step synchronisations.
         new_tokens: tokens generated, all rows together.
         seconds: wall time of the decoding loop (s).
@@ -24,8 +24,8 @@ class FlashSpecStats:
     arm_names: list[str]
     num_assistant_tokens: int
     arm_gammas: list[int] | None = None
-    arms: list[int] = field(default_factory=list)
-    accepted: list[list[int]] = field(default_factory=list)
+    step_arms: list[int] = field(default_factory=list)
+    step_accepted: list[list[int]] = field(default_factory=list)
     step_seconds: list[float] = field(default_factory=list)
     new_tokens: int = 0
     seconds: float = 0.0
@@ -36,20 +36,20 @@ class FlashSpecStats:
 
     def record(self, arm: int, accepted: list[int], seconds: float | None = None) -> None:
         """Add one step: the arm that drafted, each active row's accepted draft tokens, the step's seconds."""
-        self.arms.append(arm)
-        self.accepted.append(accepted)
+        self.step_arms.append(arm)
+        self.step_accepted.append(accepted)
         if seconds is not None:
             self.step_seconds.append(seconds)
 
     @property
     def steps(self) -> int:
         """Speculative steps (one draft + one target verification each)."""
-        return len(self.arms)
+        return len(self.step_arms)
 
     @property
     def tau(self) -> float:
         """τ: mean tokens produced per row per step, accepted + 1 (the recovered or bonus token)."""
-        counts = [n + 1 for step in self.accepted for n in step]
+        counts = [n + 1 for step in self.step_accepted for n in step]
         return sum(counts) / max(len(counts), 1)
 
     @property
@@ -58,7 +58,7 @@ class FlashSpecStats:
         first rejected one (if any); the maximum-likelihood per-token acceptance rate. NaN-free: unused arms
         are left out."""
         acc, tested = [0] * len(self.arm_names), [0] * len(self.arm_names)
-        for arm, step in zip(self.arms, self.accepted, strict=True):
+        for arm, step in zip(self.step_arms, self.step_accepted, strict=True):
             acc[arm] += sum(step)
             tested[arm] += sum(step) + sum(n < self.arm_gammas[arm] for n in step)
         return {name: acc[i] / tested[i] for i, name in enumerate(self.arm_names) if tested[i]}
@@ -66,7 +66,7 @@ class FlashSpecStats:
     @property
     def arm_share(self) -> dict[str, float]:
         """Fraction of steps drafted by each arm."""
-        return {name: self.arms.count(i) / max(self.steps, 1) for i, name in enumerate(self.arm_names)}
+        return {name: self.step_arms.count(i) / max(self.steps, 1) for i, name in enumerate(self.arm_names)}
 
     @property
     def tokens_per_second(self) -> float:

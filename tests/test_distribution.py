@@ -90,8 +90,8 @@ def test_joint_distribution_matches_target(models, temperature, top_k, top_p, ga
     target, drafts = models
     counts = _sample_counts(target, drafts, temperature, top_k, top_p, gamma)
     stats = target.flashspec_stats
-    assert set(stats.arms[:2]) == {0, 1}, "the selector switches assistants every step"
-    assert 0 < sum(map(sum, stats.accepted)) < SAMPLES * stats.steps * gamma, "ragged: some drafts rejected"
+    assert set(stats.step_arms[:2]) == {0, 1}, "the selector switches assistants every step"
+    assert 0 < sum(map(sum, stats.step_accepted)) < SAMPLES * stats.steps * gamma, "ragged: some drafts rejected"
     assert _p_value(counts, _exact(target, _warpers(temperature, top_k, top_p))) > ALPHA
 
 
@@ -101,7 +101,7 @@ def test_every_selector_over_models_prompt_lookup_and_two_gammas_is_exact(models
     target, drafts = models
     counts = _sample_counts(target, [*drafts, PromptLookup()], 1.0, 0, 1.0, [1, 2], selector)
     stats = target.flashspec_stats
-    assert 0 < sum(map(sum, stats.accepted)) < sum(len(s) * stats.arm_gammas[a] for a, s in zip(stats.arms, stats.accepted))
+    assert 0 < sum(map(sum, stats.step_accepted)) < sum(len(s) * stats.arm_gammas[a] for a, s in zip(stats.step_arms, stats.step_accepted))
     assert _p_value(counts, _exact(target, _warpers(1.0, 0, 1.0))) > ALPHA
 
 

@@ -37,7 +37,7 @@ def test_batch_one_equals_stock(target, assistants, gamma):
 
 def test_padded_batch_rows_equal_each_row_alone(target, assistants):
     got = _flash(target, assistants, PROMPTS, max_new_tokens=24, selector=RoundRobin())
-    accepted = target.flashspec_stats.accepted
+    accepted = target.flashspec_stats.step_accepted
     assert any(len(set(step)) > 1 for step in accepted), "acceptance was ragged across rows"
     for row, out in zip(PROMPTS, got):
         want = _stock(target, row, max_new_tokens=24)
@@ -119,7 +119,7 @@ def test_prefix_processors_in_a_ragged_batch_equal_stock(target, assistants):
     rows = [[5, 17, 33, 8], [12, 60, 61, 62], [77, 3, 51, 9]]
     kw = dict(max_new_tokens=20, repetition_penalty=3.0, no_repeat_ngram_size=2, pad_token_id=56)
     got = _flash(target, assistants, rows, num_assistant_tokens=3, **kw)
-    assert any(len(set(step)) > 1 for step in target.flashspec_stats.accepted), "acceptance was ragged"
+    assert any(len(set(step)) > 1 for step in target.flashspec_stats.step_accepted), "acceptance was ragged"
     for row, out in zip(rows, got):
         assert torch.equal(out, _stock(target, row, **kw))
 
@@ -164,7 +164,7 @@ def test_every_selector_with_prompt_lookup_and_several_gammas_equals_stock(targe
     got = _flash(target, [*assistants, PromptLookup()], rows, max_new_tokens=24, num_assistant_tokens=[2, 5],
                  selector=selector, cache_implementation=loop)
     stats = target.flashspec_stats
-    assert any(len(set(step)) > 1 for step in stats.accepted), "acceptance was ragged"
+    assert any(len(set(step)) > 1 for step in stats.step_accepted), "acceptance was ragged"
     assert len(stats.arm_names) == 6 and stats.arm_gammas == [2, 5] * 3
     for row, out in zip(rows, got):
         want = _stock(target, row, max_new_tokens=24)
@@ -177,4 +177,4 @@ def test_prompt_lookup_alone_accepts_on_a_repeating_output(target):
     want = _stock(target, row, max_new_tokens=60)
     got = _flash(target, [PromptLookup()], [row], max_new_tokens=60, num_assistant_tokens=3)
     assert torch.equal(got[0], want)
-    assert sum(map(sum, target.flashspec_stats.accepted)) > 0
+    assert sum(map(sum, target.flashspec_stats.step_accepted)) > 0

@@ -102,7 +102,7 @@ def test_generation_config_sets_gamma(target, assistants):
 @pytest.mark.parametrize("selector", ["ucb1", "thompson", UCB1(), ThompsonSampling(seed=3)])
 def test_selectors_by_name_or_instance(target, assistants, selector):
     target.generate(torch.tensor([[5, 17]]), max_new_tokens=10, assistant_models=assistants, flashspec=True, selector=selector)
-    assert set(target.flashspec_stats.arms) <= {0, 1}
+    assert set(target.flashspec_stats.step_arms) <= {0, 1}
 
 
 def test_stats_are_consistent(target, assistants):
@@ -110,7 +110,7 @@ def test_stats_are_consistent(target, assistants):
     out = target.generate(ids, max_new_tokens=16, assistant_models=assistants, flashspec=True, num_assistant_tokens=3)
     s = target.flashspec_stats
     assert s.new_tokens == out.shape[1] - 3 == 16
-    assert sum(map(sum, s.accepted)) + s.steps >= 16 and 1.0 <= s.tau <= 4.0
+    assert sum(map(sum, s.step_accepted)) + s.steps >= 16 and 1.0 <= s.tau <= 4.0
     assert abs(sum(s.arm_share.values()) - 1.0) < 1e-9 and s.tokens_per_second > 0
     assert len(s.step_seconds) == s.steps and min(s.step_seconds) > 0 and sum(s.step_seconds) <= s.seconds
 

@@ -38,7 +38,7 @@ def test_joint_distribution_matches_target(models, monkeypatch, temperature, top
     original = flashspec_hf.integration._static_cache
     monkeypatch.setattr(flashspec_hf.integration, "_static_cache", lambda kwargs: original(kwargs) or True)
     counts = _sample_counts(target, [*drafts, PromptLookup()], temperature, top_k, top_p, gamma)
-    assert 0 < sum(map(sum, target.flashspec_stats.accepted))
+    assert 0 < sum(map(sum, target.flashspec_stats.step_accepted))
     assert _p_value(counts, _exact(target, _warpers(temperature, top_k, top_p))) > ALPHA
 
 
@@ -83,9 +83,9 @@ def test_static_loop_drafts_as_well_as_the_dynamic_loop(target, assistants, sele
     kw = dict(max_new_tokens=24, num_assistant_tokens=3, selector=selector)
     rows = PROMPTS
     _flash(target, assistants, rows, cache_implementation="dynamic", **kw)
-    dynamic = (target.flashspec_stats.arms, target.flashspec_stats.accepted)
+    dynamic = (target.flashspec_stats.step_arms, target.flashspec_stats.step_accepted)
     _flash(target, assistants, rows, **STATIC, **kw)
-    assert (target.flashspec_stats.arms, target.flashspec_stats.accepted) == dynamic
+    assert (target.flashspec_stats.step_arms, target.flashspec_stats.step_accepted) == dynamic
 
 
 def test_kept_runners_follow_changed_weights_and_dtype(assistants):
