@@ -1,6 +1,6 @@
-"""Draft sources: what proposes the γ tokens of a step. An assistant model with its own KV cache, or prompt
-lookup (model-free n-gram matching). Each source also predicts the tokens a step verified, which full-information
-selection scores (:class:`~flashspec_hf.selection.Hedge`).
+"""Draft sources: what proposes the γ draft tokens of a step. A draft model with its own KV cache (through either
+runner of :mod:`flashspec_hf.runners`), or prompt lookup (model-free n-gram matching). Each source also predicts
+the tokens a step verified, which full-information selection scores (:func:`score_arms`).
 """
 
 from __future__ import annotations
@@ -12,19 +12,22 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 
-from .columns import ColumnCache, Columns
-from .processing import Sequences
+from .columns import Columns
+from .runners import Runner
+from .sequences import Sequences
 
 DraftProcessor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-"""``(logits [B, 1, V], drafts_so_far int64 [B, i]) -> float32 [B, 1, V]`` processed draft logits."""
+"""``(logits [B, 1, V], drafted so far int64 [B, i]) -> float32 [B, 1, V]``: generate's processors applied to one
+position of draft logits (the draft scores ``q``)."""
 
 
 @dataclass
 class DraftContext:
-    """What a source may read: the shared column layout, the rows' tokens and the generation settings.
+    """What a source may read and write: the shared columns, the rows' tokens and the generation settings.
 
     Attributes:
-        columns: the column layout shared with the target (:mod:`flashspec_hf.columns`).
+        columns: the column layout shared with the target (:mod:`flashspec_hf.columns`); a source writes its drafts
+            at columns ``[T, T + γ)``.
         sequences: prompt + generated tokens of every row.
         process: generate's processors for one position of draft logits.
         vocab_size: the target's vocabulary size ``V``.
@@ -39,21 +42,27 @@ class DraftContext:
 
 
 class DraftSource(ABC):
-    """Proposes draft tokens; one source may serve several arms (one per γ)."""
+    """Proposes draft tokens; one source may serve several arms (one per γ).
+
+    Attributes:
+        name: a short name for statistics (empty: ``assistant_<i>``).
+    """
+
+    name: str = ""
 
     @abstractmethod
     def propose(self, ctx: DraftContext, gamma: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """γ draft tokens after every row.
+        """γ draft tokens after every row, also written to ``ctx.columns`` at ``[T, T + γ)``.
 
         Returns:
-            drafts int64 ``[B, γ]`` and the logits ``q`` float32 ``[B, γ, V]`` they were sampled from (None when
-            greedy: verification then compares tokens only).
+            draft tokens int64 ``[B, γ]`` and the draft scores ``q`` float32 ``[B, γ, V]`` they were sampled from
+            (None when greedy: verification then compares tokens only).
         """
 
     @abstractmethod
     def predict(self, ctx: DraftContext, num_new_before: torch.Tensor, width: int) -> torch.Tensor:
-        """Greedy predictions of the step's ``width`` emitted-token positions, each from the emitted tokens
-        before it (teacher forcing), called after ``ctx.columns`` and ``ctx.sequences`` got the step's tokens.
+        """Greedy predictions of the step's ``width`` emitted-token positions, each from the emitted tokens before it
+        (teacher forcing), called after ``ctx.columns`` and ``ctx.sequences`` received the step's tokens.
 
         Args:
             num_new_before: int64 ``[B]`` tokens each row had generated before the step.
@@ -62,56 +71,63 @@ class DraftSource(ABC):
             int64 ``[B, width]``; only positions up to each row's accepted count are meaningful.
         """
 
-    def crop(self, length: int) -> None:
+    def rewind(self, length: int) -> None:
         """Forget cached columns from ``length`` on (sources without a cache ignore it)."""
 
 
 class ModelDrafts(DraftSource):
-    """Drafts from an assistant model: ``γ`` forwards on its own cache (the first one also catches up on the
-    columns it has not seen), each token drawn from the processed logits ``q`` (generate's processors applied once).
+    """Drafts from a draft model: one forward that catches up on the columns it has not seen (ending with the
+    pending column), then one per further draft token, each token drawn from the draft scores ``q`` (generate's
+    processors applied once).
 
     Args:
-        model: a causal LM with the target's tokenizer (its vocabulary may be padded differently, or reduced to
-            the ids of a ``draft_vocab_ids`` buffer).
+        runner: the draft model's runner; its model is a causal LM with the target's tokenizer (its vocabulary may
+            be padded differently, or reduced to the ids of a ``draft_vocab_ids`` buffer).
         vocab_size: the target's ``V``.
     """
 
-    def __init__(self, model: PreTrainedModel, vocab_size: int):
-        self.cache = ColumnCache(model, vocab_size)
-        self.token_ids = getattr(model, "draft_vocab_ids", None)
+    def __init__(self, runner: Runner, vocab_size: int):
+        self.runner = runner
+        self.vocab_size = vocab_size
+        self.token_ids = getattr(runner.model, "draft_vocab_ids", None)
+        self.name = (runner.model.config.name_or_path or "").rstrip("/").split("/")[-1]
 
     def propose(self, ctx: DraftContext, gamma: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        device = ctx.columns.tokens.device
-        drafts = ctx.columns.tokens.new_empty(ctx.columns.tokens.shape[0], 0)  # [B, i]
+        columns = ctx.columns
+        logits = self.runner.forward(columns, columns.length - self.runner.seen, keep=1)  # [B, 1, V_draft]
+        drafts = columns.tokens[:, :0]  # [B, i] drawn so far
         scores = []
-        for _ in range(gamma):
-            logits = self.cache.forward(ctx.columns, drafts, logits_to_keep=1)  # [B, 1, V_draft]
-            q = ctx.process(self._fit(logits, ctx.vocab_size).to(device), drafts)  # [B, 1, V]
-            drafts = torch.cat([drafts, _draw(q[:, 0], ctx.do_sample)], dim=1)
+        for i in range(gamma):
+            q = ctx.process(self.fit(logits).float().to(columns.tokens.device), drafts)  # [B, 1, V]
+            token = draw(q[:, 0], ctx.do_sample)  # [B, 1]
+            columns.write_drafts(token, offset=i)
+            drafts = torch.cat([drafts, token], dim=1)
             scores.append(q)
+            if i + 1 < gamma:
+                logits = self.runner.forward(columns, 1, keep=1)
         return drafts, torch.cat(scores, dim=1) if ctx.do_sample else None  # [B, γ], [B, γ, V]
 
     def predict(self, ctx: DraftContext, num_new_before: torch.Tensor, width: int) -> torch.Tensor:
         # the pending column stays unseen: the next draft forward needs one input column
-        seen = ctx.columns.prefix(ctx.columns.length - 1)
-        logits = self.cache.forward(seen, seen.tokens[:, :0], logits_to_keep=width)  # [B, width, V_draft]
-        return self._fit(logits, ctx.vocab_size).argmax(dim=-1).to(ctx.columns.tokens.device)  # [B, width]
+        unseen = ctx.columns.length - 1 - self.runner.seen
+        logits = self.runner.forward(ctx.columns, unseen, keep=width)  # [B, width, V_draft]
+        return self.fit(logits).argmax(dim=-1).to(ctx.columns.tokens.device)  # [B, width]
 
-    def crop(self, length: int) -> None:
-        self.cache.crop(length)
+    def rewind(self, length: int) -> None:
+        self.runner.rewind(length)
 
-    def _fit(self, logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    def fit(self, logits: torch.Tensor) -> torch.Tensor:
         """Draft logits on the target's vocabulary, ``[..., V]``; tokens the draft cannot propose get ``-inf``.
 
         ``logits`` ``[..., V_draft]`` with entry ``i`` for token ``i`` (extra entries dropped, missing ones
         ``-inf``), or ``[..., S]`` with entry ``i`` for token ``token_ids[i]`` (a reduced draft head).
         """
         if self.token_ids is not None:
-            full = logits.new_full((*logits.shape[:-1], vocab_size), float("-inf"))  # [..., V]
+            full = logits.new_full((*logits.shape[:-1], self.vocab_size), float("-inf"))  # [..., V]
             return full.scatter_(-1, self.token_ids.expand(*logits.shape[:-1], -1), logits)
-        extra = logits.shape[-1] - vocab_size
+        extra = logits.shape[-1] - self.vocab_size
         if extra >= 0:
-            return logits[..., :vocab_size]
+            return logits[..., : self.vocab_size]
         return torch.nn.functional.pad(logits, (0, -extra), value=float("-inf"))
 
 
@@ -142,6 +158,7 @@ class PromptLookup(DraftSource):
     def propose(self, ctx: DraftContext, gamma: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         seq = ctx.sequences
         drafts = self._lookup(seq.buffer, seq.prompt_length + seq.num_new, gamma)  # [B, γ]
+        ctx.columns.write_drafts(drafts)
         if not ctx.do_sample:
             return drafts, None
         q = torch.full((*drafts.shape, ctx.vocab_size), float("-inf"), device=drafts.device)  # [B, γ, V]
@@ -171,8 +188,54 @@ class PromptLookup(DraftSource):
         return buffer.gather(1, follow.unsqueeze(1) + steps % period.unsqueeze(1))  # [B, γ]
 
 
-def _draw(q: torch.Tensor, do_sample: bool) -> torch.Tensor:
-    """One token ``[B, 1]`` from processed logits ``q`` ``[B, V]``: sampled, or the argmax."""
+def draw(q: torch.Tensor, do_sample: bool) -> torch.Tensor:
+    """One token int64 ``[B, 1]`` from draft scores ``q`` ``[B, V]``: sampled, or the argmax."""
     if do_sample:
         return torch.multinomial(q.softmax(dim=-1), num_samples=1)
     return q.argmax(dim=-1, keepdim=True)
+
+
+def score_arms(
+    sources: list[DraftSource],
+    arms: list[tuple[int, int]],
+    drafting_arm: int,
+    ctx: DraftContext,
+    output: torch.Tensor,
+    num_accepted: torch.Tensor,
+    active: torch.Tensor,
+    num_new_before: torch.Tensor,
+    max_accepted: int,
+) -> tuple[list[float], list[float]]:
+    """Per arm, agreeing and tested tokens of its teacher-forced greedy predictions on a step's verified tokens
+    (full-information selection, :class:`~flashspec_hf.selection.Hedge`); one device-to-host copy.
+
+    Row ``b`` verified positions ``0 … n_b`` (``n_b`` accepted drafts, then the recovered or bonus token); an arm of
+    length ``γ_a`` is tested on the first ``w_b = min(n_b + 1, γ_a)`` of them: its leading agreement ``k_b`` are
+    successes, plus one failure if ``k_b < w_b``, the censoring of a drafted step. The drafting arm reports its
+    actual acceptance.
+
+    Args:
+        output: int64 ``[B, γ + 1]`` the step's verified tokens; num_accepted: int64 ``[B]``.
+        active: bool ``[B]``, rows generating at the step; num_new_before: int64 ``[B]`` tokens before it.
+        max_accepted: ``m``, the largest accepted count (host): no row verified more than ``m + 1`` positions.
+    """
+    width = max_accepted + 1
+    output = output[:, :width]  # [B, m + 1]
+    drafting_source, drafting_gamma = arms[drafting_arm]
+    pos = torch.arange(width, device=output.device)  # [m + 1]
+    predictions = {}  # source -> int64 [B, m + 1] greedy predictions
+    counts = []  # per arm: (successes, trials), device scalars
+    for source, gamma in arms:
+        known = drafting_gamma if source == drafting_source else width  # positions the source has predicted
+        window = (num_accepted + 1).clamp(max=min(gamma, known))  # [B]
+        if source == drafting_source:  # its drafts matched the first n_b tokens, then were rejected
+            agree = num_accepted.minimum(window)
+        else:
+            if source not in predictions:
+                predictions[source] = sources[source].predict(ctx, num_new_before, width)
+            hit = (predictions[source] == output) & (pos < window.unsqueeze(1))  # [B, m + 1]
+            agree = hit.long().cumprod(dim=1).sum(dim=1)  # [B] leading agreement
+        tested = agree + (agree < window).long()  # [B]
+        counts.append(torch.stack([(agree * active).sum(), (tested * active).sum()]))
+    successes, trials = torch.stack(counts).T.tolist()  # full-information mode's extra host copy
+    return successes, trials

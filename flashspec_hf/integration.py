@@ -42,7 +42,7 @@ class FlashSpecDecoding:
         selector: a :class:`~flashspec_hf.selection.Selector` or a name (``"thompson"``, ``"ucb1"``, …).
         num_assistant_tokens: ``γ``, or a list of them (arms pair every source with every γ).
         streamer: the call's streamer (generate's hook drops it, so it travels here).
-        static: True for ``cache_implementation="static"`` (the static-shape loop, :mod:`flashspec_hf.static`),
+        static: True for ``cache_implementation="static"`` (the static backend, :mod:`flashspec_hf.backends`),
             False for ``"dynamic"``, None to let flashspec choose (static on CUDA when supported).
     """
 
@@ -82,10 +82,10 @@ def generate(self, *args, flashspec: bool = False, assistant_models=None, select
     ``assistant_models`` may mix models and :class:`~flashspec_hf.drafts.PromptLookup`; ``num_assistant_tokens``
     may be a list of γ values (every source is paired with every γ, and the selector picks among the pairs).
     Assistants may sit on other devices than the target, and the target may be spread by accelerate
-    (``device_map``): tokens and logits move where they must. On CUDA, flashspec runs its static-shape loop
-    (:mod:`flashspec_hf.static`: static caches, no per-step sync, CUDA graphs when the model sits on one GPU)
-    whenever the call needs nothing it lacks; ``cache_implementation="static"`` insists on it, ``"dynamic"``
-    declines it.
+    (``device_map``): tokens and logits move where they must. On CUDA, flashspec runs its static backend
+    (:class:`~flashspec_hf.backends.StaticBackend`: static caches, no per-step sync, CUDA graphs when the model sits
+    on one GPU) whenever the call needs nothing it lacks; ``cache_implementation="static"`` insists on it,
+    ``"dynamic"`` declines it.
 
     Raises:
         ValueError: ``assistant_models`` or ``selector`` without ``flashspec=True``; ``flashspec=True`` without assistants, an empty list, an assistant with another vocabulary or

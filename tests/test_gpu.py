@@ -81,7 +81,7 @@ def test_static_steps_do_not_sync(monkeypatch, do_sample):
     """Every step of the static loop is enqueued with no device-to-host synchronisation (CUDA graphs replayed)."""
     import contextlib
 
-    import flashspec_hf.static
+    import flashspec_hf.decoding
 
     target, drafts = _static_models()
     ids = torch.tensor([[5, 17, 33, 8, 90, 41, 7], [77, 3, 51, 51, 9, 4, 4]]).cuda()
@@ -99,7 +99,7 @@ def test_static_steps_do_not_sync(monkeypatch, do_sample):
             torch.cuda.set_sync_debug_mode("default")
         steps.append(1)
 
-    monkeypatch.setattr(flashspec_hf.static, "_step_guard", no_sync)
+    monkeypatch.setattr(flashspec_hf.decoding, "_step_guard", no_sync)
     target.generate(ids, **kwargs)
     assert len(steps) >= 4
 

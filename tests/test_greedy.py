@@ -9,7 +9,7 @@ import transformers
 from packaging.version import Version
 
 from flashspec_hf import SELECTORS, PromptLookup, RoundRobin
-from flashspec_hf.columns import SLIDING_WINDOW_MIN_VERSION
+from flashspec_hf.runners import SLIDING_WINDOW_MIN_VERSION
 
 from .conftest import left_padded, tiny_llama
 

@@ -63,14 +63,14 @@ def test_unknown_cache_implementation_raises(target, assistants):
 def test_the_gate_rejects_accept_all_in_the_static_loop(models, monkeypatch):  # noqa: F811
     """Negative control on this loop's own verification call."""
     import flashspec_hf.integration
-    import flashspec_hf.static
+    import flashspec_hf.decoding
 
     def accept_all(scores, drafts, draft_logits):
         return torch.cat([drafts, drafts[:, :1]], dim=1), torch.full((drafts.shape[0],), drafts.shape[1])
 
     original = flashspec_hf.integration._static_cache
     monkeypatch.setattr(flashspec_hf.integration, "_static_cache", lambda kwargs: original(kwargs) or True)
-    monkeypatch.setattr(flashspec_hf.static, "verify", accept_all)
+    monkeypatch.setattr(flashspec_hf.decoding, "verify", accept_all)
     target, drafts = models
     counts = _sample_counts(target, drafts, 1.0, 0, 1.0, 2)
     assert _p_value(counts, _exact(target, _warpers(1.0, 0, 1.0))) < ALPHA
@@ -102,6 +102,25 @@ def test_kept_runners_follow_changed_weights_and_dtype(assistants):
     assert torch.equal(got[0], _stock(model, PROMPTS[0], max_new_tokens=12))
 
 
+def test_kept_static_runners_are_reused_and_dropped_when_parameters_change():
+    """On CUDA a call reuses the static runner (cache + graphs) kept on the model; new parameter tensors, dtype or
+    device drop every kept runner, since a graph replays the memory it captured."""
+    from flashspec_hf.runners import KEPT_RUNNERS, StaticRunner
+
+    model = tiny_llama(layers=2, seed=4)
+    first = StaticRunner.for_model(model, 97, 64, {(2, 1)}, batch_size=2)
+    assert StaticRunner.for_model(model, 97, 64, {(2, 1)}, batch_size=2) is first
+    assert StaticRunner.for_model(model, 97, 64, {(2, 1)}, batch_size=3) is not first
+    with torch.no_grad():
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.flip(0))
+    assert StaticRunner.for_model(model, 97, 64, {(2, 1)}, batch_size=2) is not first
+    model.to(torch.float64)
+    assert StaticRunner.for_model(model, 97, 64, {(2, 1)}, batch_size=2).dtype == torch.float64
+    for batch_size in range(1, KEPT_RUNNERS + 3):
+        StaticRunner.for_model(model, 97, 64, {(2, 1)}, batch_size=batch_size)
+    assert len(model.__dict__["_flashspec_static_runners"]) == KEPT_RUNNERS
+
+
 @pytest.mark.parametrize("cache_implementation", ["dynamic", "static"])
 def test_drafts_past_the_position_limit(cache_implementation):
     """GPT-2 has learned positions up to n_positions: drafts beyond the generation's end must not index past them."""
@@ -120,6 +139,40 @@ def test_drafts_past_the_position_limit(cache_implementation):
     got = _flash(target, [draft], [row], max_new_tokens=24, num_assistant_tokens=4,
                  cache_implementation=cache_implementation)
     assert torch.equal(got[0], _stock(target, row, max_new_tokens=24))
+
+
+@pytest.mark.parametrize("cache_implementation", ["dynamic", "static"])
+def test_rope_target_continues_past_max_position_embeddings_like_stock(cache_implementation):
+    """RoPE has no position table: stock generates past ``max_position_embeddings``, and so must flashspec (positions
+    were once clamped to the limit, which changed the tokens). Sharp attention makes the output position-sensitive."""
+    target = tiny_llama(layers=2, seed=0, peak=8.0)
+    target.config.max_position_embeddings = 32
+    with torch.no_grad():
+        for layer in target.model.layers:
+            layer.self_attn.q_proj.weight.mul_(20)
+            layer.self_attn.k_proj.weight.mul_(20)
+    row = torch.randint(3, 97, (28,), generator=torch.Generator().manual_seed(3)).tolist()
+    got = _flash(target, [tiny_llama(layers=1, seed=5, peak=8.0)], [row], max_new_tokens=20, num_assistant_tokens=4,
+                 cache_implementation=cache_implementation)
+    assert torch.equal(got[0], _stock(target, row, max_new_tokens=20))
+
+
+@pytest.mark.parametrize("cache_implementation", ["dynamic", "static"])
+def test_learned_positions_past_their_table_raise_like_stock(cache_implementation):
+    """GPT-2 with ``n_positions=32``, 28 prompt tokens and 10 new: stock raises, so must flashspec (not return
+    tokens computed at clamped positions)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=97, n_positions=32, n_embd=32, n_layer=1, n_head=4, pad_token_id=0,
+                        eos_token_id=None, bos_token_id=1)
+    target = GPT2LMHeadModel(config).eval()
+    row = (PROMPTS[0] * 8)[:28]
+    with pytest.raises(IndexError):
+        _stock(target, row, max_new_tokens=10)
+    with pytest.raises(IndexError):
+        _flash(target, [target], [row], max_new_tokens=10, num_assistant_tokens=4,
+               cache_implementation=cache_implementation)
 
 
 def test_linear_attention_models_are_refused_by_the_static_loop():

@@ -23,7 +23,7 @@ import triton.language as tl
 
 from .reference import PLACEHOLDER_TOKEN_ID
 
-_BIG_INDEX = 2**31 - 1
+_BIG_INDEX = tl.constexpr(2**31 - 1)  # larger than any vocabulary index: loses every min()
 
 
 def verify_triton(
@@ -156,7 +156,7 @@ def _vocab_stats_kernel(
     m = tl.max(best, axis=0)
     tl.store(max_ptr + row * NSPLIT + split, m)
     if GREEDY:
-        tl.store(aux_ptr + row * NSPLIT + split, tl.min(tl.where(best == m, best_idx, 2147483647), axis=0))
+        tl.store(aux_ptr + row * NSPLIT + split, tl.min(tl.where(best == m, best_idx, _BIG_INDEX), axis=0))
     else:
         scale = tl.where(best > float("-inf"), tl.exp(best - m), 0.0)
         tl.store(aux_ptr + row * NSPLIT + split, tl.sum(aux * scale, axis=0))
@@ -246,10 +246,10 @@ def _sample_kernel(
     slot = b * NSPLIT + split
     m = tl.max(best, axis=0)
     tl.store(win_val_ptr + slot, m)
-    tl.store(win_idx_ptr + slot, tl.min(tl.where(best == m, best_idx, 2147483647), axis=0))
+    tl.store(win_idx_ptr + slot, tl.min(tl.where(best == m, best_idx, _BIG_INDEX), axis=0))
     m_p = tl.max(best_p, axis=0)
     tl.store(win_val_ptr + B * NSPLIT + slot, m_p)
-    tl.store(win_idx_ptr + B * NSPLIT + slot, tl.min(tl.where(best_p == m_p, best_p_idx, 2147483647), axis=0))
+    tl.store(win_idx_ptr + B * NSPLIT + slot, tl.min(tl.where(best_p == m_p, best_p_idx, _BIG_INDEX), axis=0))
     if split == 0:
         tl.store(num_accepted_ptr + b, k.to(tl.int64))
 
@@ -280,22 +280,22 @@ def _finalize_kernel(
         mask = (g[:, None] <= gamma) & (s[None, :] < NSPLIT)
         offs = (b * (gamma + 1) + g[:, None]) * NSPLIT + s[None, :]
         pm = tl.load(t_max_ptr + offs, mask=mask, other=float("-inf"))  # [G, S]
-        pi = tl.load(t_arg_ptr + offs, mask=mask, other=2147483647)  # [G, S]
+        pi = tl.load(t_arg_ptr + offs, mask=mask, other=_BIG_INDEX)  # [G, S]
         m = tl.max(pm, axis=1)
-        argmax = tl.min(tl.where(pm == m[:, None], pi, 2147483647), axis=1).to(tl.int64)  # [G]
+        argmax = tl.min(tl.where(pm == m[:, None], pi, _BIG_INDEX), axis=1).to(tl.int64)  # [G]
         k = tl.min(tl.where(is_draft & (x != argmax), g, gamma), axis=0)
         extra = tl.sum(tl.where(g == k, argmax, 0), axis=0)
         tl.store(num_accepted_ptr + b, k.to(tl.int64))
     else:
         pv = tl.load(win_val_ptr + b * NSPLIT + s, mask=s < NSPLIT, other=float("-inf"))
-        pi = tl.load(win_idx_ptr + b * NSPLIT + s, mask=s < NSPLIT, other=2147483647)
+        pi = tl.load(win_idx_ptr + b * NSPLIT + s, mask=s < NSPLIT, other=_BIG_INDEX)
         pv_p = tl.load(win_val_ptr + (B + b) * NSPLIT + s, mask=s < NSPLIT, other=float("-inf"))
-        pi_p = tl.load(win_idx_ptr + (B + b) * NSPLIT + s, mask=s < NSPLIT, other=2147483647)
+        pi_p = tl.load(win_idx_ptr + (B + b) * NSPLIT + s, mask=s < NSPLIT, other=_BIG_INDEX)
         m = tl.max(pv, axis=0)
         residual_empty = m == float("-inf")
         pv = tl.where(residual_empty, pv_p, pv)
         pi = tl.where(residual_empty, pi_p, pi)
-        extra = tl.min(tl.where(pv == tl.max(pv, axis=0), pi, 2147483647), axis=0).to(tl.int64)
+        extra = tl.min(tl.where(pv == tl.max(pv, axis=0), pi, _BIG_INDEX), axis=0).to(tl.int64)
         k = tl.load(num_accepted_ptr + b).to(tl.int32)
     row = tl.where(g < k, x, tl.where(g == k, extra, PLACEHOLDER))
     tl.store(out_ptr + b * (gamma + 1) + g, row, mask=g <= gamma)

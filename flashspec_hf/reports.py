@@ -1,0 +1,107 @@
+"""Step reports: the host's view of the steps the loop has enqueued.
+
+Each step's counts (accepted, emitted, finished per row) are copied to the host without a synchronisation (a
+pinned non-blocking copy on CUDA) and read once the device has produced them. Reading a report hands the step to
+the selector (its arm's outcome), the statistics and the sequences' host counts. A backend that needs each step's
+counts before the next (:class:`~flashspec_hf.backends.DynamicBackend`) reads at once; the static one lets up to
+``MAX_IN_FLIGHT`` steps run ahead. The selector only ever learns from past steps, so exactness does not depend on
+when reports are read.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+
+from .selection import Selector
+from .sequences import Sequences
+from .stats import FlashSpecStats
+
+
+@dataclass
+class Report:
+    """One step as the host reads it: the arm, its γ, per row the accepted draft tokens, the emitted tokens,
+    whether the row was finished before the step and after it, and the step time (s)."""
+
+    arm: int
+    gamma: int
+    accepted: list[int]
+    emitted: list[int]
+    was_finished: list[bool]
+    finished: list[bool]
+    seconds: float
+
+    @property
+    def active_accepted(self) -> list[int]:
+        """Accepted draft tokens of the rows that were generating during the step."""
+        return [n for n, f in zip(self.accepted, self.was_finished, strict=True) if not f]
+
+
+class StepReports:
+    """Chooses each step's arm and reads the steps' outcomes back, late or at once.
+
+    Step time is measured without a synchronisation: CUDA events read with the counts, or host wall time on the CPU
+    (where every operation has finished when it returns).
+
+    Args:
+        selector: picks each step's arm and learns from the reports.
+        stats: receives every report.
+        sequences: receives every report's emitted counts (its host counts).
+        device: where the steps run.
+    """
+
+    def __init__(self, selector: Selector, stats: FlashSpecStats, sequences: Sequences, device: torch.device):
+        self.selector, self.stats, self.sequences = selector, stats, sequences
+        self.cuda = device.type == "cuda"
+        self.queue = deque()  # per step in flight: (arm, γ, host copy of [4, B], start, end)
+        self.last: Report | None = None
+        self.done = False  # a report read shows every row finished
+
+    def choose(self) -> tuple[int, object]:
+        """The next step's arm (the selector's choice) and its start mark for :meth:`add`."""
+        if self.cuda:
+            start = torch.cuda.Event(enable_timing=True)
+            start.record()
+        else:
+            start = time.perf_counter()
+        return self.selector.choose(), start
+
+    def add(self, arm: int, gamma: int, start, num_accepted, num_emitted, was_finished, finished) -> None:
+        """Queue a step's report: int64 ``[B]`` accepted and emitted counts, bool ``[B]`` finished flags before and
+        after the step (device tensors; copied to the host without waiting)."""
+        counts = torch.stack([num_accepted, num_emitted, was_finished.long(), finished.long()])  # [4, B]
+        if not self.cuda:
+            self.queue.append((arm, gamma, counts, start, time.perf_counter()))
+            return
+        host = torch.empty(counts.shape, dtype=counts.dtype, device="cpu", pin_memory=True)
+        host.copy_(counts, non_blocking=True)
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+        self.queue.append((arm, gamma, host, start, end))
+
+    def read(self, in_flight: int) -> bool:
+        """Read every report whose step has finished on the device, waiting for the oldest while more than
+        ``in_flight`` are queued (0: read all); returns :attr:`done`."""
+        while self.queue and (len(self.queue) > in_flight or not self.cuda or self.queue[0][4].query()):
+            arm, gamma, host, start, end = self.queue.popleft()
+            if self.cuda:
+                end.synchronize()  # already complete unless more than `in_flight` steps were queued
+                seconds = start.elapsed_time(end) / 1000
+            else:
+                seconds = end - start
+            accepted, emitted, was_finished, finished = host.tolist()
+            report = Report(arm, gamma, accepted, emitted, list(map(bool, was_finished)), list(map(bool, finished)), seconds)
+            self._hand_over(report)
+        return self.done
+
+    def _hand_over(self, report: Report) -> None:
+        self.last = report
+        self.sequences.count_on_host(report.emitted)
+        active = report.active_accepted
+        if active:
+            self.selector.update(report.arm, active, report.gamma, report.seconds)
+            self.stats.record(report.arm, active, report.seconds)
+        self.done = all(report.finished)

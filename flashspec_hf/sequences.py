@@ -1,0 +1,63 @@
+"""The rows' tokens: prompt plus generated tokens of every row, the call's output buffer and what processors,
+stopping criteria and prompt lookup read."""
+
+from __future__ import annotations
+
+import torch
+
+Groups = list[tuple[int, torch.Tensor | None]]
+"""``(tokens generated, row mask bool [B, 1] or None for all rows)`` per distinct count among active rows."""
+
+
+class Sequences:
+    """Prompt and generated tokens of every row.
+
+    Args:
+        input_ids: int64 ``[B, L]`` left-padded prompt.
+        max_new_tokens: tokens each row may generate (``max_length - L``).
+        gamma: the largest γ (the buffer holds one step more than ``max_new_tokens``).
+        pad_token_id: fills the buffer behind each row.
+
+    Attributes:
+        buffer: int64 ``[B, L + max_new_tokens + γ + 1]``.
+        num_new: int64 ``[B]`` tokens generated so far (device).
+        num_new_host: the same counts on the host, as far as the host has read the steps' reports.
+    """
+
+    def __init__(self, input_ids: torch.Tensor, max_new_tokens: int, gamma: int, pad_token_id: int):
+        batch_size, self.prompt_length = input_ids.shape
+        self.pad_token_id = pad_token_id
+        capacity = self.prompt_length + max_new_tokens + gamma + 1
+        self.buffer = input_ids.new_full((batch_size, capacity), pad_token_id)  # [B, L + max_new + γ + 1]
+        self.buffer[:, : self.prompt_length] = input_ids
+        self.num_new = torch.zeros(batch_size, dtype=torch.long, device=input_ids.device)  # [B]
+        self.num_new_host = [0] * batch_size
+
+    def prefix(self, generated: int) -> torch.Tensor:
+        """int64 ``[B, L + generated]``: exact ``input_ids`` for the rows that have generated ``generated`` tokens."""
+        return self.buffer[:, : self.prompt_length + generated]
+
+    def groups(self, active: list[bool]) -> Groups:
+        """The distinct generated-token counts among ``active`` rows, each with its row mask (None: every row)."""
+        counts = sorted({n for n, a in zip(self.num_new_host, active, strict=True) if a})
+        if len(set(self.num_new_host)) == 1:
+            return [(counts[0], None)] if counts else []
+        return [(n, (self.num_new == n).unsqueeze(1)) for n in counts]
+
+    def append(self, tokens: torch.Tensor, counts: torch.Tensor) -> None:
+        """Append the first ``counts[b]`` of ``tokens[b]`` (int64 ``[B, n]``) to each row (device only; the host
+        learns the counts through :meth:`count_on_host`)."""
+        n = tokens.shape[1]
+        index = self.prompt_length + self.num_new.unsqueeze(1) + torch.arange(n, device=tokens.device)  # [B, n]
+        keep = torch.arange(n, device=tokens.device) < counts.unsqueeze(1)  # [B, n]
+        self.buffer.scatter_(1, index, torch.where(keep, tokens, self.pad_token_id))
+        self.num_new += counts
+
+    def count_on_host(self, counts: list[int]) -> None:
+        """Add one step's appended counts, read from the device, to :attr:`num_new_host`."""
+        self.num_new_host = [a + b for a, b in zip(self.num_new_host, counts, strict=True)]
+
+    def result(self) -> torch.Tensor:
+        """``sequences`` as stock generate returns them: int64 ``[B, L + max generated]``, pad-filled (once every
+        step's counts are on the host)."""
+        return self.buffer[:, : self.prompt_length + max(self.num_new_host)]
