@@ -2,7 +2,8 @@
 
 Each arm is an assistant with per-token acceptance rate α_a and step cost c_a. A step with arm a drafts γ = 4
 tokens and accepts the first n of them, n ~ min(Geometric, γ) with P(n >= k) = α_a^k: the accepted counts the
-engine feeds the selector, with the step's seconds c_a · LogNormal(0, 0.1). A full-information selector (Hedge)
+engine feeds the selector. Cost-aware selectors are given the step costs c_a up front, as the engine gives them
+its calibrated step times (flashspec_hf.costs). A full-information selector (Hedge)
 also gets every other arm's censored agreement, simulated the same way. An arm's value is its expected tokens per
 unit of step time, v_a = (1 + E[n | α_a]) / c_a; regret is the pseudo-regret Σ_t (v*_t - v_{a_t}) against the best
 arm of each segment. With unit costs that is regret in expected accepted tokens. Settings (T = 10,000):
@@ -65,6 +66,7 @@ def run(setting: list, make, seed: int, rounds: int = T, costs: tuple | None = N
     costs = costs or (1.0,) * num_arms
     selector = make(seed)
     selector.reset(num_arms, [GAMMA] * num_arms)
+    selector.set_costs(list(costs))
     regret, arms = np.zeros(rounds), np.zeros(rounds, dtype=np.int8)
     segment, total = 0, 0.0
     for t in range(rounds):
@@ -75,7 +77,7 @@ def run(setting: list, make, seed: int, rounds: int = T, costs: tuple | None = N
         arm = selector.choose()
         counts = [accepted(a, rng) for a in alphas] if selector.full_information else None
         n = counts[arm] if counts else accepted(alphas[arm], rng)
-        selector.update(arm, [n], GAMMA, costs[arm] * rng.lognormvariate(0, 0.1))
+        selector.update(arm, [n], GAMMA)
         if counts:
             selector.update_all(counts, [k + (k < GAMMA) for k in counts])
         total += max(values) - values[arm]

@@ -27,7 +27,8 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from .backends import Backend, DynamicBackend, StaticBackend
 from .columns import Columns
-from .drafts import DraftContext, DraftSource, ModelDrafts, score_arms
+from .costs import arm_costs
+from .drafts import DraftContext, DraftSource, ModelDrafts, PlainDecoding, score_arms
 from .kernels.reference import PLACEHOLDER_TOKEN_ID
 from .outputs import Recorder
 from .processing import LogitsProcessing
@@ -178,14 +179,19 @@ def speculative_decode(
     batch_size, prompt_length = input_ids.shape
     device = input_ids.device
     gammas = [num_assistant_tokens] if isinstance(num_assistant_tokens, int) else list(num_assistant_tokens)
-    arms = [(source, g) for source in range(len(assistants)) for g in gammas]  # (source index, γ) per arm
-    selector = make_selector(selector, len(arms), [g for _, g in arms])
+    selector = make_selector(selector)
+    if selector.cost_aware:
+        assistants = [*assistants, PlainDecoding()]  # the plain-decoding arm: never slower than plain generate
+    arms = [(s, 0 if isinstance(a, PlainDecoding) else g) for s, a in enumerate(assistants) for g in gammas]
+    arms = list(dict.fromkeys(arms))  # (source index, γ) per arm; the plain arm once
+    selector.ensure(len(arms), [g for _, g in arms])
     vocab_size = model.config.get_text_config().vocab_size
     processing = LogitsProcessing(logits_processor)
     stopping = Stopping(stopping_criteria, generation_config.max_length, prompt_length, device)
     recorder = Recorder(generation_config)
-    backend = _backend(static, device, [model] + [a for a in assistants if isinstance(a, PreTrainedModel)],
-                       processing, stopping, streamer, recorder, selector)(batch_size, vocab_size, sorted(set(gammas)), device)
+    models = [model] + [a for a in assistants if isinstance(a, PreTrainedModel)]
+    backend_class = _backend_class(static, device, models, processing, stopping, streamer, recorder, selector)
+    backend = backend_class(batch_size, vocab_size, sorted({g for _, g in arms}), device)
 
     capacity = backend.capacity(prompt_length, stopping.max_new_tokens)
     columns = Columns(input_ids, attention_mask, capacity, stopping.max_new_tokens)
@@ -217,6 +223,9 @@ def speculative_decode(
     )
     if prompt_length > 1:
         target.forward(columns, prompt_length - 1, keep=1)  # prefill; the pending column is read with the drafts
+    if selector.cost_aware:
+        selector.set_costs(arm_costs(target, sources, arms, columns, type(backend).__name__))
+    stats.setup_seconds = time.perf_counter() - start
     decode(run, backend, streamer)
 
     stats.new_tokens = sum(sequences.num_new_host)
@@ -227,7 +236,7 @@ def speculative_decode(
     return recorder.output(sequences.result())
 
 
-def _backend(static: bool | None, device: torch.device, models, processing, stopping, streamer, recorder, selector):
+def _backend_class(static: bool | None, device: torch.device, models, processing, stopping, streamer, recorder, selector):
     """The backend class for a call: static when asked (or, with ``static=None``, on CUDA when the call needs
     nothing it lacks), else dynamic.
 
@@ -250,7 +259,7 @@ def _backend(static: bool | None, device: torch.device, models, processing, stop
 
 def _arm_names(sources: list[DraftSource], arms: list[tuple[int, int]], several_gammas: bool) -> list[str]:
     """One distinct name per arm: its source's ``name`` (``#i`` appended when two sources share one), with
-    ``@γ`` appended when several γ were given."""
+    ``@γ`` appended when several γ were given (not to the plain-decoding arm's)."""
     names = [s.name or f"assistant_{i}" for i, s in enumerate(sources)]
     names = [n if names.count(n) == 1 else f"{n}#{i}" for i, n in enumerate(names)]
-    return [f"{names[s]}@{g}" if several_gammas else names[s] for s, g in arms]
+    return [f"{names[s]}@{g}" if several_gammas and g else names[s] for s, g in arms]

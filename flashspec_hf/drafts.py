@@ -188,6 +188,21 @@ class PromptLookup(DraftSource):
         return buffer.gather(1, follow.unsqueeze(1) + steps % period.unsqueeze(1))  # [B, γ]
 
 
+class PlainDecoding(DraftSource):
+    """No draft: the plain-decoding arm (γ = 0), one target token per step. Cost-aware selectors are offered it, so
+    a call never has to be slower than plain decoding when drafts stop paying (large batches, text the drafts never
+    saw)."""
+
+    name = "plain"
+
+    def propose(self, ctx: DraftContext, gamma: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        drafts = ctx.columns.tokens[:, :0]  # [B, 0]
+        return drafts, drafts.new_zeros(*drafts.shape, ctx.vocab_size, dtype=torch.float32) if ctx.do_sample else None
+
+    def predict(self, ctx: DraftContext, num_new_before: torch.Tensor, width: int) -> torch.Tensor:
+        return torch.full_like(ctx.columns.tokens[:, :width], -1)  # [B, width], matches no token
+
+
 def draw(q: torch.Tensor, do_sample: bool) -> torch.Tensor:
     """One token int64 ``[B, 1]`` from draft scores ``q`` ``[B, V]``: sampled, or the argmax."""
     if do_sample:

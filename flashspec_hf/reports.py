@@ -5,7 +5,7 @@ pinned non-blocking copy on CUDA) and read once the device has produced them. Re
 the selector (its arm's outcome), the statistics and the sequences' host counts. A backend that needs each step's
 counts before the next (:class:`~flashspec_hf.backends.DynamicBackend`) reads at once; the static one lets up to
 ``MAX_IN_FLIGHT`` steps run ahead. The selector only ever learns from past steps, so exactness does not depend on
-when reports are read.
+when reports are read; the lag is fixed, so neither do its choices.
 """
 
 from __future__ import annotations
@@ -83,9 +83,10 @@ class StepReports:
         self.queue.append((arm, gamma, host, start, end))
 
     def read(self, in_flight: int) -> bool:
-        """Read every report whose step has finished on the device, waiting for the oldest while more than
-        ``in_flight`` are queued (0: read all); returns :attr:`done`."""
-        while self.queue and (len(self.queue) > in_flight or not self.cuda or self.queue[0][4].query()):
+        """Read the oldest reports until ``in_flight`` remain (0: all), waiting for their steps if need be; returns
+        :attr:`done`. The lag is fixed, never "whatever has finished": which outcomes the selector has seen when
+        it chooses must not depend on timing, or a seeded call would not repeat."""
+        while len(self.queue) > in_flight:
             arm, gamma, host, start, end = self.queue.popleft()
             if self.cuda:
                 end.synchronize()  # already complete unless more than `in_flight` steps were queued
@@ -102,6 +103,6 @@ class StepReports:
         self.sequences.count_on_host(report.emitted)
         active = report.active_accepted
         if active:
-            self.selector.update(report.arm, active, report.gamma, report.seconds)
+            self.selector.update(report.arm, active, report.gamma)
             self.stats.record(report.arm, active, report.seconds)
         self.done = all(report.finished)

@@ -7,8 +7,11 @@ every step is an ordinary speculative-sampling step.
 
 Every selector values an arm by the tokens a step is expected to produce, ``1 + E[accepted]`` (accepted draft
 tokens plus the recovered or bonus token), or, with ``cost_aware=True``, by those tokens per second of step time
-(a bigger assistant accepts more but costs more: acceptance alone always picks the biggest). Step time is the
-host wall time between the loop's per-step synchronisations, so measuring it adds no synchronisation.
+(a bigger draft model accepts more but costs more: acceptance alone always picks the biggest). A cost-aware
+selector is given each arm's step seconds before the call's first step (:meth:`Selector.set_costs`, calibrated
+once per set-up by :mod:`flashspec_hf.costs`) and is offered a plain-decoding arm (γ = 0: one target token per
+step, no draft), so it never has to be slower than plain decoding. Its choices depend on timing only through that
+calibration, which is kept: with ``torch.manual_seed``, later calls with the same set-up repeat exactly.
 
 Bandit selectors (UCB1, Thompson sampling, their discounted variants) learn from the drafting arm's acceptance
 only. :class:`Hedge` is full-information: after each step every arm is scored on the verified tokens (its greedy
@@ -51,7 +54,13 @@ class Selector(ABC):
         self.gammas = list(gammas) if gammas is not None else [4] * num_arms
         self.pulls = [0] * num_arms  # steps drafted by each arm, whose outcome was reported
         self.chosen = [0] * num_arms  # steps each arm was chosen for (ahead of pulls while outcomes are in flight)
-        self.seconds = [0.0] * num_arms  # step seconds summed per arm
+        self.costs = [1.0] * num_arms  # step seconds per arm (cost-aware selectors; set_costs)
+
+    def set_costs(self, costs: list[float]) -> None:
+        """Step seconds of each arm (> 0), used by cost-aware selectors; given before a call's first step."""
+        if len(costs) != self.num_arms or min(costs) <= 0:
+            raise ValueError(f"set_costs needs {self.num_arms} positive step times, got {costs}")
+        self.costs = list(costs)
 
     def ensure(self, num_arms: int, gammas: list[int] | None = None) -> None:
         """Reset if the selector has never been used or was used with other arms."""
@@ -69,33 +78,27 @@ class Selector(ABC):
         self.chosen[arm] += 1
         return arm
 
-    def update(self, arm: int, accepted: list[int], gamma: int, seconds: float | None = None) -> None:
+    def update(self, arm: int, accepted: list[int], gamma: int) -> None:
         """Record one step.
 
         Args:
             arm: the arm that drafted.
             accepted: accepted draft tokens of each row still generating (each in ``[0, γ]``).
-            gamma: draft tokens of the step (γ).
-            seconds: the step's wall time (s), None if not measured.
+            gamma: draft tokens of the step (γ; 0 for the plain-decoding arm).
         """
         self.pulls[arm] += 1
-        self.seconds[arm] += seconds or 0.0
-        self.observe(arm, sum(accepted) / (gamma * max(len(accepted), 1)))
+        self.observe(arm, sum(accepted) / (gamma * max(len(accepted), 1)) if gamma else 0.0)
 
     def observe(self, arm: int, reward: float) -> None:
-        """Hook for selectors that keep their own reward statistics; ``reward`` = accepted / drafted in ``[0, 1]``."""
+        """Hook for selectors that keep their own reward statistics; ``reward`` = accepted / drafted in ``[0, 1]``
+        (0 for the plain-decoding arm, which drafts nothing)."""
 
     def update_all(self, successes: list[float], trials: list[float]) -> None:
         """Full-information hook: each arm's agreeing tokens and tested tokens on the step's verified tokens."""
 
     def step_cost(self, arm: int) -> float:
-        """Mean step seconds of ``arm`` (1 when not cost-aware; the cheapest measured arm's for an unpulled one)."""
-        if not self.cost_aware:
-            return 1.0
-        measured = [s / n for s, n in zip(self.seconds, self.pulls, strict=True) if n and s > 0]
-        if self.pulls[arm] and self.seconds[arm] > 0:
-            return self.seconds[arm] / self.pulls[arm]
-        return min(measured, default=1.0)
+        """Step seconds of ``arm`` (:meth:`set_costs`; 1 when not cost-aware)."""
+        return self.costs[arm] if self.cost_aware else 1.0
 
     def value(self, arm: int, accepted: float) -> float:
         """Tokens per step ``1 + accepted`` (per second of step time when cost-aware) of ``arm``."""
@@ -169,8 +172,8 @@ class ThompsonSampling(Selector):
         self.successes = [0.0] * num_arms
         self.failures = [0.0] * num_arms
 
-    def update(self, arm: int, accepted: list[int], gamma: int, seconds: float | None = None) -> None:
-        super().update(arm, accepted, gamma, seconds)
+    def update(self, arm: int, accepted: list[int], gamma: int) -> None:
+        super().update(arm, accepted, gamma)
         self.successes = [x * self.discount for x in self.successes]
         self.failures = [x * self.discount for x in self.failures]
         self.successes[arm] += sum(accepted)
@@ -265,11 +268,11 @@ SELECTORS = {
 }
 
 
-def make_selector(spec: str | Selector | None, num_arms: int, gammas: list[int] | None = None) -> Selector:
+def make_selector(spec: str | Selector | None) -> Selector:
     """Selector from a name in :data:`SELECTORS` (a fresh one; ``discounted_*`` use ``discount=0.998``, a memory
     of about 500 steps; ``cost_aware_discounted_thompson`` 0.99, about 100 steps, for one selector serving a
-    stream of prompts whose domain changes) or an instance (kept as is); None = Thompson. ``gammas``: γ of each
-    arm.
+    stream of prompts whose domain changes) or an instance (kept as is, with what it learned); None = Thompson.
+    The caller fits it to its arms with :meth:`Selector.ensure`.
 
     Raises:
         ValueError: unknown name. TypeError: neither a name nor a :class:`Selector`.
@@ -279,10 +282,7 @@ def make_selector(spec: str | Selector | None, num_arms: int, gammas: list[int] 
     if isinstance(spec, str):
         if spec not in SELECTORS:
             raise ValueError(f"unknown selector {spec!r}; choose one of {sorted(SELECTORS)} or pass a Selector")
-        selector = SELECTORS[spec]()
-        selector.reset(num_arms, gammas)
-        return selector
+        return SELECTORS[spec]()
     if not isinstance(spec, Selector):
         raise TypeError(f"selector must be a name or a flashspec_hf.Selector, got {type(spec).__name__}")
-    spec.ensure(num_arms, gammas)
     return spec

@@ -18,7 +18,9 @@ class FlashSpecStats:
         step_accepted: per step, the accepted draft tokens of each row still generating at that step.
         step_seconds: wall time of each step (s), measured between the loop's per-step synchronisations.
         new_tokens: tokens generated, all rows together.
-        seconds: wall time of the decoding loop (s).
+        seconds: wall time of the call inside ``generate`` (s), setup included.
+        setup_seconds: of ``seconds``, the time before the first step (s): caches, the prefill, and on a set-up's
+            first call the arm-cost calibration and CUDA graph capture.
     """
 
     arm_names: list[str]
@@ -29,6 +31,7 @@ class FlashSpecStats:
     step_seconds: list[float] = field(default_factory=list)
     new_tokens: int = 0
     seconds: float = 0.0
+    setup_seconds: float = 0.0
 
     def __post_init__(self):
         if self.arm_gammas is None:

@@ -26,7 +26,9 @@ def test_discounting_follows_a_shifted_best_arm():
 
 def test_every_named_selector_builds():
     for name in SELECTORS:
-        assert 0 <= make_selector(name, 3).select() < 3
+        selector = make_selector(name)
+        selector.ensure(3)
+        assert 0 <= selector.select() < 3
 
 
 def test_hedge_full_information_beats_the_bandits_on_the_hard_setting():

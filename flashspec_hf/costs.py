@@ -1,0 +1,75 @@
+"""Arm costs for cost-aware selection: the seconds of one step of each arm, calibrated once per set-up.
+
+An arm's step costs one target forward over ``γ + 1`` columns plus, for a draft model, ``γ`` one-column draft
+forwards (prompt lookup and plain decoding draft for free). Each forward is timed through the call's own runners
+(CUDA graphs included) on columns past the committed ones, then rewound, so nothing the call computes changes.
+The table is kept on the target model per set-up (backend, batch size, device, draft models, arms): later calls
+decide from the same numbers, so with ``torch.manual_seed`` they repeat exactly; only the first call of a set-up
+pays the calibration (a few forwards per model).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from .columns import Columns
+from .drafts import DraftSource, ModelDrafts
+from .runners import Runner
+
+REPEATS = 3
+"""Timed forwards per (model, width), after two untimed warm-ups (lazy initialisation, then graph capture)."""
+
+
+def arm_costs(
+    target: Runner, sources: list[DraftSource], arms: list[tuple[int, int]], columns: Columns, backend: str
+) -> list[float]:
+    """Step seconds of each arm, from the table kept on the target (calibrated now if this set-up has none).
+
+    Args:
+        target: the target's runner, after the prefill; sources: the call's draft sources; arms: ``(source, γ)``.
+        columns: the call's columns (the forwards read columns past the committed ones and are rewound).
+        backend: the backend's name (a set-up key: graphs change the costs).
+
+    Returns:
+        seconds per step, one per arm.
+    """
+    models = tuple(id(s.runner.model) if isinstance(s, ModelDrafts) else type(s).__name__ for s in sources)
+    key = (backend, columns.tokens.shape[0], str(columns.tokens.device), models, tuple(arms))
+    kept = target.model.__dict__.setdefault("_flashspec_arm_costs", {})
+    if key not in kept:
+        kept[key] = _calibrate(target, sources, arms, columns)
+    return kept[key]
+
+
+def _calibrate(target: Runner, sources: list[DraftSource], arms: list[tuple[int, int]], columns: Columns) -> list[float]:
+    target_seconds = {g: forward_seconds(target, columns, g + 1, keep=g + 1) for g in {g for _, g in arms}}
+    draft_seconds = {
+        s: forward_seconds(sources[s].runner, columns, 1, keep=1) for s, _ in arms if isinstance(sources[s], ModelDrafts)
+    }
+    return [target_seconds[g] + g * draft_seconds.get(s, 0.0) for s, g in arms]
+
+
+def forward_seconds(runner: Runner, columns: Columns, width: int, keep: int) -> float:
+    """Median seconds of ``runner``'s forward over ``width`` columns from where it stands, keeping ``keep`` logits
+    (synchronised timing; the runner is rewound after each)."""
+    seen = runner.seen
+    width = min(width, columns.capacity - seen)
+    times = []
+    for repeat in range(REPEATS + 2):
+        _synchronize()
+        start = time.perf_counter()
+        runner.forward(columns, width, keep=min(keep, width))
+        _synchronize()
+        runner.rewind(seen)
+        if repeat >= 2:  # two warm-ups
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _synchronize() -> None:
+    """Wait for every GPU (a target may be spread over several)."""
+    for device in range(torch.cuda.device_count() if torch.cuda.is_initialized() else 0):
+        torch.cuda.synchronize(device)

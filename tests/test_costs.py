@@ -1,0 +1,77 @@
+"""Cost-aware selection: calibrated arm costs, the plain-decoding arm, and seeded calls that repeat."""
+
+import pytest
+import torch
+
+import flashspec_hf
+from flashspec_hf import SELECTORS, PromptLookup
+
+from .conftest import left_padded, tiny_llama
+
+ROWS = [[5, 17, 33, 8, 90, 41, 7], [12, 60], [77, 3, 51, 51, 9]]
+
+
+@pytest.mark.parametrize("cache_implementation", ["dynamic", "static"])
+@pytest.mark.parametrize("selector", sorted(SELECTORS))
+def test_seeded_sampling_calls_repeat_for_every_selector(target, assistants, selector, cache_implementation):
+    """torch.manual_seed before each call: four identical sampling calls give one output, for every selector (the
+    cost-aware ones read time only through the calibration, which is kept; reports are read at a fixed lag)."""
+    if cache_implementation == "static" and SELECTORS[selector]().full_information:
+        pytest.skip("the static backend refuses full-information selectors")
+    ids, mask = left_padded(ROWS)
+    outputs = []
+    for _ in range(4):
+        torch.manual_seed(7)
+        outputs.append(target.generate(
+            ids, attention_mask=mask, do_sample=True, temperature=1.0, max_new_tokens=16, selector=selector,
+            assistant_models=[*assistants, PromptLookup()], flashspec=True, num_assistant_tokens=[2, 4],
+            cache_implementation=cache_implementation,
+        ))
+    assert all(torch.equal(out, outputs[0]) for out in outputs[1:])
+
+
+def test_costs_are_calibrated_once_per_set_up(target, assistants):
+    ids, mask = left_padded(ROWS)
+    kw = dict(attention_mask=mask, max_new_tokens=4, flashspec=True, selector="cost_aware_ucb1")
+    target.__dict__.pop("_flashspec_arm_costs", None)
+    target.generate(ids, assistant_models=assistants, **kw)
+    first = target.flashspec_stats.setup_seconds
+    kept = dict(target.__dict__["_flashspec_arm_costs"])
+    target.generate(ids, assistant_models=assistants, **kw)
+    assert target.__dict__["_flashspec_arm_costs"] == kept and len(kept) == 1
+    target.generate(ids[:1], attention_mask=mask[:1], max_new_tokens=4, flashspec=True, selector="cost_aware_ucb1",
+                    assistant_models=assistants)  # another batch size: another set-up
+    assert len(target.__dict__["_flashspec_arm_costs"]) == 2
+    assert first > 0
+
+
+def test_the_plain_arm_wins_when_drafts_cannot_pay(target):
+    """A draft that never agrees with the target costs time and yields nothing: the cost-aware selector settles on
+    plain decoding (one target token per step), and the output is still stock's."""
+    contrary = tiny_llama(layers=1, seed=11, peak=8.0)
+    with torch.no_grad():
+        contrary.lm_head.weight.copy_(-target.lm_head.weight[: contrary.lm_head.weight.shape[0]])
+    ids, mask = left_padded(ROWS[:1])
+    out = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=40, assistant_models=[contrary],
+                          flashspec=True, selector="cost_aware_ucb1", num_assistant_tokens=4)
+    stats = target.flashspec_stats
+    assert stats.arm_names == ["assistant_0", "plain"]
+    assert stats.arm_share["plain"] > 0.8
+    want = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=40)
+    assert torch.equal(out, want)
+
+
+def test_selectors_without_cost_get_no_plain_arm(target, assistants):
+    ids, mask = left_padded(ROWS[:1])
+    target.generate(ids, attention_mask=mask, max_new_tokens=4, flashspec=True, selector="thompson",
+                    assistant_models=assistants)
+    assert "plain" not in target.flashspec_stats.arm_names
+
+
+def test_set_costs_rejects_wrong_lengths_and_non_positive_times():
+    selector = flashspec_hf.ThompsonSampling(cost_aware=True)
+    selector.reset(2)
+    with pytest.raises(ValueError, match="2 positive step times"):
+        selector.set_costs([1.0])
+    with pytest.raises(ValueError, match="2 positive step times"):
+        selector.set_costs([1.0, 0.0])
