@@ -37,7 +37,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, LogitsProcessor, LogitsP
 from transformers.generation import candidate_generator
 
 import flashspec_hf  # noqa: F401  (adds flashspec=True to generate)
-from flashspec_hf import FixedArm
+from flashspec_hf import FixedArm, PromptLookup
 
 TINYLLAMA = dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
                  num_key_value_heads=4, vocab_size=32000)
@@ -46,7 +46,10 @@ QUICK = dict(TINYLLAMA, hidden_size=64, intermediate_size=128, num_hidden_layers
 COLUMNS = ["target", "weights", "dtype", "engine", "batch", "gamma", "prompt_len", "max_new_tokens", "repeats",
            "tok_s_median", "tok_s_min", "tok_s_max", "tau", "alpha", "step_ms_p50", "step_ms_p99", "step_ms_mean",
            "peak_mem_gib", "match_rate", "acceptance", "note", "error"]
-FLASHSPEC = ("fixed", "thompson", "fixed_dynamic", "thompson_dynamic")  # *_dynamic: cache_implementation="dynamic"
+FLASHSPEC = ("fixed", "fixed_eager", "thompson", "default", "fixed_dynamic", "thompson_dynamic")
+# default: what a user gets with the default selector (cost-aware discounted Thompson, with its plain-decoding arm)
+# over the pool plus prompt lookup; *_eager: captured forwards not compiled (disable_compile=True);
+# *_dynamic: cache_implementation="dynamic"
 
 
 def parse_args():
@@ -59,7 +62,7 @@ def parse_args():
                    '\'{"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": "cpu", ...}\'')
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "float16"])
     p.add_argument("--batches", default="1,4,16,64")
-    p.add_argument("--engines", default="stock,assisted,fixed,thompson,static,thompson_dynamic",
+    p.add_argument("--engines", default="stock,static,fixed,fixed_eager,thompson,default",
                    help="stock first (the match reference); fixed_dynamic is also known")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -186,9 +189,14 @@ def generate_once(engine, model, assistants, ids, mask, args, new_tokens):
         candidate_generator.AssistedCandidateGenerator.update_candidate_strategy = record
     else:  # a selector name gives fresh statistics every call; flashspec picks its loop unless told "dynamic"
         selector = FixedArm(args.fixed_arm) if engine.startswith("fixed") else "thompson"
-        kw.update(assistant_models=assistants, flashspec=True, selector=selector, num_assistant_tokens=args.gamma)
+        pool = assistants
+        if engine == "default":
+            selector, pool = "cost_aware_discounted_thompson", [*assistants, PromptLookup()]
+        kw.update(assistant_models=pool, flashspec=True, selector=selector, num_assistant_tokens=args.gamma)
         if engine.endswith("_dynamic"):
             kw["cache_implementation"] = "dynamic"
+        if engine.endswith("_eager"):
+            kw["disable_compile"] = True
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -224,6 +232,7 @@ def run_cell(engine, model, assistants, ids, mask, args, reference):
     if engine in FLASHSPEC:
         stats = model.flashspec_stats
         row.update(tau=stats.tau, alpha=";".join(f"{k}={v:.3f}" for k, v in stats.alpha.items()))
+        row["note"] = "shares " + ";".join(f"{k}={v:.2f}" for k, v in stats.arm_share.items() if v)
     elif engine == "assisted":
         row["tau"] = statistics.mean(n + 1.0 for n in info["counts"])
     if len(steps) > 1:

@@ -99,24 +99,35 @@ class StaticBackend(Backend):
     """Static caches, ``γ + 1`` columns per step, CUDA graphs for the steady-state shapes
     (:class:`~flashspec_hf.runners.StaticRunner`). On CUDA the caches have a :data:`CAPACITY_STEP`-rounded
     capacity and are kept on the models with their graphs; elsewhere they are allocated per call, exactly as large
-    as the call needs."""
+    as the call needs.
+
+    Args:
+        compile_options: ``torch.compile`` arguments for the target's captured forwards (CUDA only), or None for
+            the eager forward (``generate(..., disable_compile=True)``).
+    """
 
     in_flight = MAX_IN_FLIGHT
+
+    def __init__(self, batch_size: int, vocab_size: int, gammas: list[int], device: torch.device,
+                 compile_options: dict | None = None):
+        super().__init__(batch_size, vocab_size, gammas, device)
+        self.compile_options = compile_options if device.type == "cuda" else None
 
     def capacity(self, prompt_length: int, max_new_tokens: int) -> int:
         needed = super().capacity(prompt_length, max_new_tokens)
         return -(-needed // CAPACITY_STEP) * CAPACITY_STEP if self.device.type == "cuda" else needed
 
     def target_runner(self, model: PreTrainedModel, capacity: int) -> Runner:
-        return self._runner(model, capacity, {(g + 1, g + 1) for g in self.gammas})  # pending + γ drafts, all kept
+        shapes = {(g + 1, g + 1) for g in self.gammas}  # the pending token and γ drafts, all logits kept
+        return self._runner(model, capacity, shapes, self.compile_options)
 
     def draft_runner(self, model: PreTrainedModel, capacity: int) -> Runner:
         return self._runner(model, capacity, {(2, 1), (1, 1)})  # last draft + pending; then one draft at a time
 
-    def _runner(self, model: PreTrainedModel, capacity: int, graph_shapes: set[tuple[int, int]]) -> StaticRunner:
+    def _runner(self, model, capacity: int, graph_shapes: set[tuple[int, int]], compile_options=None) -> StaticRunner:
         if self.device.type != "cuda":
             return StaticRunner(model, self.vocab_size, capacity, graph_shapes)
-        return StaticRunner.for_model(model, self.vocab_size, capacity, graph_shapes, self.batch_size)
+        return StaticRunner.for_model(model, self.vocab_size, capacity, graph_shapes, self.batch_size, compile_options)
 
     def commit(self, columns, output, num_accepted, gamma, report) -> None:
         columns.commit(output, num_accepted, gamma + 1)  # every runner has seen at most these columns

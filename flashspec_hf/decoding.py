@@ -190,8 +190,10 @@ def speculative_decode(
     stopping = Stopping(stopping_criteria, generation_config.max_length, prompt_length, device)
     recorder = Recorder(generation_config)
     models = [model] + [a for a in assistants if isinstance(a, PreTrainedModel)]
-    backend_class = _backend_class(static, device, models, processing, stopping, streamer, recorder, selector)
-    backend = backend_class(batch_size, vocab_size, sorted({g for _, g in arms}), device)
+    if _use_static(static, device, models, processing, stopping, streamer, recorder, selector):
+        backend = StaticBackend(batch_size, vocab_size, sorted({g for _, g in arms}), device, _compile_options(generation_config))
+    else:
+        backend = DynamicBackend(batch_size, vocab_size, sorted({g for _, g in arms}), device)
 
     capacity = backend.capacity(prompt_length, stopping.max_new_tokens)
     columns = Columns(input_ids, attention_mask, capacity, stopping.max_new_tokens)
@@ -236,15 +238,16 @@ def speculative_decode(
     return recorder.output(sequences.result())
 
 
-def _backend_class(static: bool | None, device: torch.device, models, processing, stopping, streamer, recorder, selector):
-    """The backend class for a call: static when asked (or, with ``static=None``, on CUDA when the call needs
-    nothing it lacks), else dynamic.
+def _use_static(static: bool | None, device: torch.device, models, processing, stopping, streamer, recorder,
+                selector) -> bool:
+    """Whether the call runs on the static backend: when asked (``static=True``), or, with ``static=None``, on CUDA
+    when the call needs nothing it lacks.
 
     Raises:
         ValueError: ``static=True`` with a feature the static backend does not support.
     """
     if static is False or (static is None and device.type != "cuda"):
-        return DynamicBackend
+        return False
     unsupported = StaticBackend.unsupported(
         models, bool(processing.contextual), bool(stopping.criteria), streamer, recorder.active,
         selector.full_information,
@@ -254,7 +257,16 @@ def _backend_class(static: bool | None, device: torch.device, models, processing
             f"cache_implementation='static' does not support {unsupported}; drop it, or pass "
             "cache_implementation='dynamic' (or nothing) for flashspec's dynamic loop"
         )
-    return DynamicBackend if unsupported else StaticBackend
+    return unsupported is None
+
+
+def _compile_options(generation_config: GenerationConfig) -> dict | None:
+    """``torch.compile`` arguments for the static backend's captured target forwards: generate's ``compile_config``
+    (its ``mode`` aside: flashspec captures the CUDA graphs itself), or None when ``disable_compile=True``."""
+    if generation_config.disable_compile:
+        return None
+    config = generation_config.compile_config
+    return {} if config is None else {k: v for k, v in config.to_dict().items() if v is not None}
 
 
 def _arm_names(sources: list[DraftSource], arms: list[tuple[int, int]], several_gammas: bool) -> list[str]:

@@ -6,9 +6,12 @@ of the last ``keep`` of them; :meth:`Runner.rewind` forgets the columns from a g
 - :class:`DynamicRunner`: a ``DynamicCache`` that grows with the columns and is cropped on rewind; the model
   builds its own causal mask from a 2D padding mask (or none), so sliding-window layers work;
 - :class:`StaticRunner`: a ``StaticCache`` of ``N`` columns, a 4D mask over all of them, and on CUDA every
-  forward of a shape listed at construction captured once as a CUDA graph and replayed. Runners are kept on the
-  model between calls (per batch size, capacity and shapes), so repeated calls capture nothing; they are dropped
-  when the model's parameters change (new tensors, dtype or device), since a graph replays the memory it captured.
+  forward of a shape listed at construction captured once as a CUDA graph and replayed; the captured forward can be
+  compiled by ``torch.compile`` first (inductor without its own CUDA graphs: ours capture its kernels), so a graph
+  replays fused kernels. Runners are kept on the model between calls (per batch size, capacity, shapes and
+  compilation), so repeated calls capture nothing; they are dropped when the model's parameters change (new
+  tensors, dtype or device), since a graph replays the memory it captured. The compiled forward is kept on the
+  model too: compilation happens once per model and shape family, not per call.
 """
 
 from __future__ import annotations
@@ -64,9 +67,11 @@ class Runner:
     def _forward(self, columns, ids, positions, start, keep) -> torch.Tensor:
         raise NotImplementedError
 
-    def _call(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, cache, keep: int):
+    def _call(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, cache, keep: int, call=None):
+        """One forward of ``call`` (default: the model itself) over ``ids`` int64 ``[B, w]`` at ``positions``
+        ``[B, w]``; logits ``[B, keep, V_model]``."""
         device = self.model.device
-        out = self.model(
+        out = (call or self.model)(
             input_ids=ids.to(device),
             position_ids=positions.to(device),
             attention_mask=None if mask is None else mask.to(device),
@@ -122,26 +127,44 @@ class StaticRunner(Runner):
         model, vocab_size: see :class:`Runner`.
         capacity: ``N``, the columns' capacity.
         graph_shapes: ``(width, keep)`` forwards to capture.
+        compile_options: ``torch.compile`` keyword arguments for the captured forwards (their ``mode`` is replaced
+            by one without inductor's CUDA graphs), or None to capture the eager forward.
     """
 
-    def __init__(self, model: PreTrainedModel, vocab_size: int, capacity: int, graph_shapes: set[tuple[int, int]]):
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        vocab_size: int,
+        capacity: int,
+        graph_shapes: set[tuple[int, int]],
+        compile_options: dict | None = None,
+    ):
         super().__init__(model, vocab_size)
         self.cache = StaticCache(config=model.config, max_cache_len=capacity)
         self.dtype = model.get_input_embeddings().weight.dtype
         self.graph_shapes = graph_shapes if on_one_gpu(model) else set()
         self.graphs = {}  # (width, keep) -> (graph, ids, positions, mask, logits)
+        self.compiled = compiled_call(model, compile_options) if compile_options is not None and self.graph_shapes else None
 
     @classmethod
-    def for_model(cls, model: PreTrainedModel, vocab_size: int, capacity: int, graph_shapes: set, batch_size: int):
-        """The runner kept on ``model`` for this batch size, capacity and graph shapes (new if none), reset to no
-        columns seen. All kept runners are dropped first if the model's parameters changed."""
+    def for_model(
+        cls,
+        model: PreTrainedModel,
+        vocab_size: int,
+        capacity: int,
+        graph_shapes: set,
+        batch_size: int,
+        compile_options: dict | None = None,
+    ):
+        """The runner kept on ``model`` for this batch size, capacity, graph shapes and compilation (new if none),
+        reset to no columns seen. All kept runners are dropped first if the model's parameters changed."""
         fingerprint = tuple((p.data_ptr(), p.dtype, p.device) for p in model.parameters())
         if model.__dict__.get("_flashspec_static_fingerprint") != fingerprint:
             clear_static_runners(model)
             model.__dict__["_flashspec_static_fingerprint"] = fingerprint
         runners = model.__dict__.setdefault("_flashspec_static_runners", {})
-        key = (batch_size, capacity, frozenset(graph_shapes))
-        runner = runners.pop(key, None) or cls(model, vocab_size, capacity, graph_shapes)
+        key = (batch_size, capacity, frozenset(graph_shapes), repr(sorted((compile_options or {}).items())))
+        runner = runners.pop(key, None) or cls(model, vocab_size, capacity, graph_shapes, compile_options)
         runners[key] = runner  # most recently used last
         while len(runners) > KEPT_RUNNERS:
             runners.pop(next(iter(runners)))
@@ -169,23 +192,37 @@ class StaticRunner(Runner):
         return logits.clone()  # the graph's output buffer is overwritten by its next replay
 
     def _capture(self, ids, positions, mask, keep) -> tuple:
-        """Capture one forward as a CUDA graph on static copies of its inputs; the cache's write offsets are
-        restored afterwards (the warm-up run advanced them)."""
+        """Capture one forward (compiled, if asked) as a CUDA graph on static copies of its inputs; the cache's write
+        offsets are restored afterwards (the warm-up runs advanced them)."""
         inputs = [ids.clone(), positions.clone(), mask.clone()]
         offsets = [layer.cumulative_length.clone() for layer in self.cache.layers]
+        call = self.compiled or self.model
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            self._call(*inputs, self.cache, keep)  # warm-up: lazy initialisations happen outside the capture
+            for _ in range(2):  # warm-up: compilation and lazy initialisations happen outside the capture
+                self._call(*inputs, self.cache, keep, call)
+                for layer, offset in zip(self.cache.layers, offsets, strict=True):
+                    layer.cumulative_length.copy_(offset)
         torch.cuda.current_stream().wait_stream(stream)
-        for layer, offset in zip(self.cache.layers, offsets, strict=True):
-            layer.cumulative_length.copy_(offset)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            logits = self._call(*inputs, self.cache, keep)
+            logits = self._call(*inputs, self.cache, keep, call)
         for layer, offset in zip(self.cache.layers, offsets, strict=True):
             layer.cumulative_length.copy_(offset)
         return graph, *inputs, logits
+
+
+def compiled_call(model: PreTrainedModel, options: dict) -> object:
+    """``torch.compile`` of ``model.__call__``, kept on the model per options, without inductor's own CUDA graphs
+    (``mode="max-autotune-no-cudagraphs"`` if the options asked for autotuning, else the default mode)."""
+    options = dict(options)
+    mode = "max-autotune-no-cudagraphs" if "autotune" in str(options.pop("mode", "")) else None
+    compiled = model.__dict__.setdefault("_flashspec_compiled", {})
+    key = repr((mode, sorted(options.items())))
+    if key not in compiled:
+        compiled[key] = torch.compile(model.__call__, mode=mode, **options)
+    return compiled[key]
 
 
 def has_standard_static_layers(model: PreTrainedModel) -> bool:

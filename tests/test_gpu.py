@@ -61,7 +61,9 @@ def _static_models():
     return target, [early_exit.cuda(), tiny_llama(layers=1, vocab=101, seed=5, peak=8.0).cuda()]
 
 
-def test_static_engine_with_cuda_graphs_equals_stock():
+@pytest.mark.parametrize("disable_compile", [False, True])
+def test_static_engine_with_cuda_graphs_equals_stock(disable_compile):
+    """The target's captured forwards are compiled by inductor (default) or eager (disable_compile=True)."""
     from flashspec_hf import PromptLookup, RoundRobin
 
     target, drafts = _static_models()
@@ -70,10 +72,12 @@ def test_static_engine_with_cuda_graphs_equals_stock():
     for call in range(2):  # the second call replays the graphs the first captured
         out = target.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=24, do_sample=False,
                               assistant_models=[*drafts, PromptLookup()], selector=RoundRobin(),
-                              num_assistant_tokens=[2, 4], cache_implementation="static", flashspec=True)
+                              num_assistant_tokens=[2, 4], cache_implementation="static", flashspec=True,
+                              disable_compile=disable_compile)
         assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 24)
     runners = target.__dict__["_flashspec_static_runners"]
     assert any(runner.graphs for runner in runners.values()), "the target's verification forward was graphed"
+    assert all((runner.compiled is None) == disable_compile for runner in runners.values())
 
 
 @pytest.mark.parametrize("do_sample", [False, True])
