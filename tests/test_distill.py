@@ -10,7 +10,6 @@ from flashspec_hf.distill import distill, load_compact, make_draft, pack, target
 from flashspec_hf.evaluation import acceptance
 
 from .conftest import tiny_llama
-from .test_integration import tokenizer  # noqa: F401  (the word-level tokenizer fixture)
 
 TEXTS = [" ".join(f"w{(i * 7 + j * 3) % 90 + 3}" for j in range(40)) for i in range(60)]
 
@@ -22,7 +21,7 @@ def test_make_draft_copies_the_first_layers():
     assert not draft.lm_head.weight.requires_grad and draft.model.layers[0].self_attn.q_proj.weight.requires_grad
 
 
-def test_distill_trains_resumes_and_loads(tmp_path, tokenizer):  # noqa: F811
+def test_distill_trains_resumes_and_loads(tmp_path, tokenizer):
     target = tiny_llama(layers=3, seed=0, peak=4.0)
     assert pack(tokenizer, TEXTS, 16).shape[1] == 16
     out = distill(target, tokenizer, TEXTS, tmp_path / "d", num_layers=1, seq_len=16, batch_size=8, steps=6,
@@ -42,7 +41,7 @@ def test_distill_trains_resumes_and_loads(tmp_path, tokenizer):  # noqa: F811
     assert stats["tau"] >= 1.0 and 0.0 <= stats["alpha"] <= 1.0
 
 
-def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path, tokenizer, monkeypatch):  # noqa: F811
+def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path, tokenizer, monkeypatch):
     """Stopped after its step-3 checkpoint and run again, distillation ends where an uninterrupted run ends."""
     import flashspec_hf.distill as distill_module
 
@@ -69,7 +68,7 @@ def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path, tokenizer, mon
         assert torch.equal(a, b), name
 
 
-def test_target_continuations_batch_by_length_and_drop_long_prompts(tokenizer):  # noqa: F811
+def test_target_continuations_batch_by_length_and_drop_long_prompts(tokenizer):
     target = tiny_llama(layers=2, seed=0, peak=4.0)
     prompts = ["w5 w8 w11 w14 w17", "w40", "w3 w4 w5 w6 w7 w8 w9 w10 w11", "w20 w21"]  # 5, 1, 9, 2 tokens
     out = target_continuations(target, tokenizer, prompts, max_new_tokens=3, batch_size=2, max_prompt_tokens=6)
@@ -77,7 +76,7 @@ def test_target_continuations_batch_by_length_and_drop_long_prompts(tokenizer): 
     assert len(out) == 3 and all(o.startswith(p) and len(o) > len(p) for o, p in zip(out, kept, strict=True))
 
 
-def test_distillation_raises_acceptance(tmp_path, tokenizer):  # noqa: F811
+def test_distillation_raises_acceptance(tmp_path, tokenizer):
     """A draft trained on the target's own text must agree with it more than the untrained early exit."""
     target = tiny_llama(layers=3, seed=0, peak=4.0)
     prompts = ["w5 w8 w11", "w40 w43", "w60 w63 w66 w69"]

@@ -11,7 +11,6 @@ import flashspec_hf
 from flashspec_hf import eval_cli, evaluation
 from flashspec_hf.evaluation import OUTPUT_FILES, evaluate, markdown_table, summarize
 
-from .test_integration import tokenizer  # noqa: F401  (the word-level tokenizer fixture)
 
 NO_PROMPT_COLUMN = r"no prompt column 'prompt'; the dataset's columns are \['text', 'topic'\]: name the one"
 PROMPTS = ["w5 w17 w33 w8", "w40 w41 w42", "w9 w60 w3 w77 w12", "w20 w21"]
@@ -35,7 +34,7 @@ def _run_untouched(data, tmp_path, **kwargs):
         assert not out.exists(), "a failed evaluation left files behind"
 
 
-def test_evaluate_metrics_and_files(tmp_path, target, assistants, tokenizer):  # noqa: F811
+def test_evaluate_metrics_and_files(tmp_path, target, assistants, tokenizer):
     data = Dataset.from_dict({"text": PROMPTS + ["w30 w31 w32"], "category": ["x", "y", "x", "y", "x"]})
     out = tmp_path / "out"
     report = evaluate(target, tokenizer, assistants, data, prompt_column="text", num_prompts=2, max_new_tokens=8,
@@ -68,7 +67,7 @@ def test_evaluate_metrics_and_files(tmp_path, target, assistants, tokenizer):  #
     assert "| all | 4 |" in table and table.rstrip().endswith("| 4/4 |") and "differ" not in table
 
 
-def test_jsonl_without_category_is_one_category(tmp_path, target, assistants, tokenizer):  # noqa: F811
+def test_jsonl_without_category_is_one_category(tmp_path, target, assistants, tokenizer):
     path = tmp_path / "p.jsonl"
     path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS[:2]))
     report = flashspec_hf.evaluate(target, tokenizer, assistants, path, max_new_tokens=4, do_sample=True,
@@ -135,7 +134,7 @@ def test_missing_file_and_output_path_that_is_a_file(tmp_path):
     assert (tmp_path / "taken").read_text() == "keep"
 
 
-def test_a_run_that_fails_midway_writes_nothing(tmp_path, target, assistants, tokenizer):  # noqa: F811
+def test_a_run_that_fails_midway_writes_nothing(tmp_path, target, assistants, tokenizer):
     out = tmp_path / "out"
     # num_beams=2 passes the input checks and plain generate, then flashspec refuses it on the first prompt
     with pytest.raises(ValueError, match="num_beams"):
@@ -224,7 +223,7 @@ def test_cli_argument_errors(capsys):
     assert eval_cli.parse_args([]).prompts_from == "builtin"
 
 
-def test_cli_on_a_csv_file(tmp_path, monkeypatch, capsys, target, assistants, tokenizer):  # noqa: F811
+def test_cli_on_a_csv_file(tmp_path, monkeypatch, capsys, target, assistants, tokenizer):
     monkeypatch.setattr(eval_cli, "load_models", lambda args: (target, tokenizer, assistants))
     path = tmp_path / "prompts.data"
     path.write_text("topic,text\n" + "".join(f"{'ab'[i % 2]},{p}\n" for i, p in enumerate(PROMPTS)))
@@ -272,7 +271,7 @@ def test_summary_alpha_uses_each_arms_own_gamma():
     assert summary["alpha"] == {"a@2": 1.0, "a@4": 1.0}
 
 
-def test_a_selector_instance_learns_across_prompts(target, assistants, tokenizer):  # noqa: F811
+def test_a_selector_instance_learns_across_prompts(target, assistants, tokenizer):
     """A Selector passed in keeps its statistics from prompt to prompt (the CLIs' default); a name starts afresh."""
     data = Dataset.from_dict({"prompt": PROMPTS})
     selector = flashspec_hf.SELECTORS["cost_aware_discounted_thompson"]()
