@@ -13,7 +13,7 @@ import torch
 import transformers
 
 from flashspec_hf.data import chat_prompts, code_prompts, prose_prompts
-from flashspec_hf.evaluation import acceptance
+from flashspec_hf.evaluation.run import acceptance
 from flashspec_hf.models import BUNDLED_ASSISTANTS, distilled_assistants, load_target
 
 num = int(sys.argv[1]) if len(sys.argv) > 1 else 24

@@ -21,8 +21,9 @@ import torch
 import transformers
 
 import flashspec_hf  # noqa: F401
-from flashspec_hf.distill import distill, load_compact, target_continuations
-from flashspec_hf.evaluation import acceptance
+from flashspec_hf.compact import load_compact
+from flashspec_hf.distill import distill, target_continuations
+from flashspec_hf.evaluation.run import acceptance
 from flashspec_hf.models import load_target
 
 STEPS = int(os.environ.get("DISTILL_STEPS", 4000))

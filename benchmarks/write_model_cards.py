@@ -6,7 +6,7 @@ benchmarks/results/distill_h200.json: python -m benchmarks.write_model_cards"""
 import json
 from pathlib import Path
 
-from flashspec_hf.distill import model_card
+from flashspec_hf.model_card import model_card
 
 root = Path(__file__).resolve().parents[1]
 cpu = json.loads((root / "benchmarks/results/acceptance_cpu.json").read_text())

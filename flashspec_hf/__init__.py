@@ -12,7 +12,8 @@ LM's ``generate`` (and so to ``pipeline("text-generation")``)::
 """
 
 from .drafts import DraftSource, PromptLookup
-from .evaluation import Evaluation, evaluate
+from .evaluation.report import Evaluation
+from .evaluation.run import evaluate
 from .integration import DEFAULT_NUM_ASSISTANT_TOKENS, install
 from .selection import SELECTORS, FixedArm, Hedge, RoundRobin, Selector, ThompsonSampling, UCB1
 from .stats import FlashSpecStats

@@ -2,8 +2,8 @@
 
 The draft keeps the target's architecture, embeddings, final norm and LM head and only ``num_layers`` decoder
 layers (initialised from the target's first ones). The embeddings and head stay frozen: the draft shares them with
-the target at run time (:func:`load_compact`), so it adds ``num_layers`` layers of weights and costs ``num_layers``
-layers plus the head per drafted token.
+the target at run time (:func:`~flashspec_hf.compact.load_compact`), so it adds ``num_layers`` layers of weights
+and costs ``num_layers`` layers plus the head per drafted token.
 
 Loss: cross-entropy of the draft against the target's distribution restricted to its top-``k`` tokens
 (renormalised): ``-Σ_{v ∈ top-k(p)} p̃(v) log q(v)``. It equals the forward KL ``KL(p̃ ‖ q)`` up to a constant,
@@ -16,6 +16,7 @@ target where greedy decoding takes it. The bundled SmolLM2 drafts were trained o
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import math
@@ -24,15 +25,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .models import share_target_modules
-
-SHARED = ("model.embed_tokens.weight", "lm_head.weight")
-"""Tensors a compact draft takes from its target."""
+from .compact import SHARED, save_compact
+from .model_card import model_card
+from .models import load_target
+from .target_parts import truncated_config
 
 
 def make_draft(target: PreTrainedModel, num_layers: int, intermediate_size: int | None = None) -> PreTrainedModel:
@@ -44,13 +44,7 @@ def make_draft(target: PreTrainedModel, num_layers: int, intermediate_size: int 
     Raises:
         ValueError: ``num_layers`` not in ``[1, target layers)`` or ``intermediate_size`` above the target's.
     """
-    total = target.config.num_hidden_layers
-    if not 0 < num_layers < total:
-        raise ValueError(f"num_layers must be in [1, {total - 1}], got {num_layers}")
-    config = copy.deepcopy(target.config)
-    config.num_hidden_layers = num_layers
-    if getattr(config, "layer_types", None):
-        config.layer_types = config.layer_types[:num_layers]
+    config = truncated_config(target.config, num_layers)
     width = intermediate_size or target.config.intermediate_size
     if width > target.config.intermediate_size:
         raise ValueError(f"intermediate_size {width} is above the target's {target.config.intermediate_size}")
@@ -167,7 +161,7 @@ def distill(
         tokenizer: the target's tokenizer (saved with the draft).
         texts: a ``datasets.Dataset`` with a ``text_column`` of strings, or a list of strings.
         output_dir: where ``config.json``, ``model.safetensors``, the tokenizer, ``README.md`` (model card),
-            ``compact/`` (the draft's own weights only, see :func:`save_compact`) and ``training.json`` go.
+            ``compact/`` (the draft's own weights only, see :func:`~flashspec_hf.compact.save_compact`) and ``training.json`` go.
             A ``checkpoint.pt`` there (every ``checkpoint_every`` steps) resumes an interrupted run.
         num_layers: decoder layers of the draft; ``intermediate_size``: its MLP width (default the target's).
         vocab_size: if set, the draft head keeps only the ``vocab_size`` most frequent tokens of ``texts``
@@ -252,58 +246,6 @@ def distill(
     return output_dir
 
 
-def model_card(info: dict, measured: Sequence[tuple[str, dict]] = (), notes: str = "") -> str:
-    """A Hugging Face model card (YAML front matter + Markdown) for a distilled draft.
-
-    Args:
-        info: the draft's ``training.json`` (name, domain, data, base_model, steps, sizes, time, device).
-        measured: acceptance tables, each ``(setup, {domain: {"tau": float, "alpha": float}})`` where ``setup``
-            says on what prompts, hardware and software it was measured.
-        notes: Markdown appended at the end (e.g. what other configurations measured).
-    """
-    lines = [
-        "---",
-        "library_name: transformers",
-        "pipeline_tag: text-generation",
-        f"base_model: {info.get('base_model', 'unknown')}",
-        "license: apache-2.0",
-        "tags: [speculative-decoding, flashspec]",
-        "---",
-        "",
-        f"# {info.get('name', 'draft')}: a flashspec assistant for {info.get('base_model', 'its target')}",
-        "",
-        f"A draft model distilled for the {info.get('domain', 'general')} domain: the target's first "
-        f"{info['num_layers']} decoder layers (MLP width {info.get('intermediate_size')}) and final norm, trained to "
-        "match the target's next-token distribution (top-k cross-entropy), with the target's embeddings and LM head "
-        "frozen and shared at run time"
-        + (f"; its head keeps {info['draft_vocab']:,} tokens, the most frequent ones in its training text and the "
-           "special tokens." if info.get("draft_vocab") else "."),
-        "It is a draft for speculative decoding: outputs come from the target, so they are exact whatever the draft.",
-        "",
-        "## Training",
-        "",
-        f"- data: {info.get('data', 'unknown')}",
-        f"- {info['steps']:,} steps × {info['batch_size']} × {info['seq_len']} tokens "
-        f"({info['tokens_seen']:,} tokens), lr {info['lr']}, top-k {info['top_k']}",
-        f"- training steps: {info['seconds']} s on {info['device']} (not counting the target's continuations and "
-        "top-k pass); final loss " + (f"{info['final_loss']:.3f}" if info.get("final_loss") is not None else "not recorded"),
-        "",
-        "## Why this architecture",
-        "",
-        "Sharing the target's embeddings and head makes the draft's distribution start close to the target's and "
-        "costs no extra weights to ship; a few narrow layers add most of the agreement a draft gets from depth while "
-        "keeping its cost per token a few percent of the target's. A head over the frequent tokens cuts the largest "
-        "remaining cost (for SmolLM2-135M the head is 28M of the target's 135M multiply-accumulates per token).",
-    ]
-    for setup, table in measured:
-        lines += ["", "## Measured acceptance", "", setup, "",
-                  "| domain | τ (tokens per step) | α (acceptance rate) |", "|---|---|---|"]
-        lines += [f"| {d} | {m['tau']:.2f} | {m['alpha']:.2f} |" for d, m in table.items()]
-    if notes:
-        lines += ["", notes]
-    return "\n".join(lines) + "\n"
-
-
 def frequent_tokens(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], num: int) -> torch.Tensor:
     """The ``num`` most frequent token ids of ``texts`` plus the special tokens, int64 ``[<= num + specials]``,
     ascending: the vocabulary of a draft head that skips rare tokens (FR-Spec, Zhao et al. 2025)."""
@@ -312,51 +254,6 @@ def frequent_tokens(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], nu
         counts += torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=len(counts))
     keep = set(counts.topk(min(num, len(counts))).indices.tolist()) | set(tokenizer.all_special_ids)
     return torch.tensor(sorted(keep), dtype=torch.long)
-
-
-def save_compact(draft: PreTrainedModel, folder: str | Path, vocab_ids: torch.Tensor | None = None) -> Path:
-    """The draft's own weights (fp16 safetensors, without the target's embeddings and head), its config, and
-    optionally the token ids ``[S]`` its head keeps (``vocab.safetensors``)."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    own = {k: v.detach().to("cpu", torch.float16).contiguous() for k, v in draft.state_dict().items() if k not in SHARED}
-    save_file(own, folder / "model.safetensors")
-    draft.config.to_json_file(folder / "config.json")
-    if vocab_ids is not None:
-        save_file({"token_ids": vocab_ids.to(torch.long).contiguous()}, folder / "vocab.safetensors")
-    return folder
-
-
-def load_compact(folder: str | Path, target: PreTrainedModel, name: str | None = None) -> PreTrainedModel:
-    """A compact draft on the target's device and dtype, sharing the target's embeddings (no copy).
-
-    Its LM head is the target's, or, with a ``vocab.safetensors``, the target's rows for those ``S`` tokens only
-    (``S / V`` of the head's cost per drafted token); the model then has a ``draft_vocab_ids`` int64 ``[S]``
-    attribute, its logits are ``[..., S]``, and the other tokens have draft probability 0.
-
-    Raises:
-        ValueError: the draft was trained for a target with other dimensions.
-    """
-    folder = Path(folder)
-    config = type(target.config).from_json_file(folder / "config.json")
-    if config.hidden_size != target.config.hidden_size or config.vocab_size != target.config.vocab_size:
-        raise ValueError(f"{folder} was distilled for another target (hidden/vocab sizes differ)")
-    config.name_or_path = name or folder.name
-    with torch.device("meta"):
-        draft = type(target)(config)
-    # weights converted before assignment: no whole-model .to(), which would also cast the modules shared with the
-    # target (its fp32 rotary frequencies) or move them off their devices
-    device, dtype = target.get_input_embeddings().weight.device, target.dtype
-    weights = {k: v.to(device, dtype) for k, v in load_file(folder / "model.safetensors").items()}
-    draft.load_state_dict(weights, strict=False, assign=True)
-    draft = share_target_modules(draft, target).eval()
-    if (folder / "vocab.safetensors").exists():
-        head_weight = target.lm_head.weight
-        ids = load_file(folder / "vocab.safetensors")["token_ids"].to(head_weight.device)
-        draft.lm_head = nn.Linear(config.hidden_size, len(ids), bias=False, device=head_weight.device, dtype=dtype)
-        draft.lm_head.weight.data = head_weight.data[ids]  # [S, hidden], a copy
-        draft.register_buffer("draft_vocab_ids", ids, persistent=False)  # moves with the draft
-    return draft
 
 
 def _autocast(device: torch.device):
@@ -385,10 +282,7 @@ def _resume(path: Path, draft, optimizer, schedule) -> tuple[int, list[float], f
 def main(argv: list[str] | None = None) -> None:
     """``flashspec-distill``: distil a draft for the bundled SmolLM2 target (or ``--model``) on a domain corpus
     (``chat``, ``code``, ``general``) or on a JSONL/CSV/parquet file's text column."""
-    import argparse
-
-    from .data import distill_corpus
-    from .models import load_target
+    from .data import distill_corpus  # needs the demo extra (datasets); training itself does not
 
     p = argparse.ArgumentParser(prog="flashspec-distill", description=main.__doc__)
     p.add_argument("--domain", choices=["chat", "code", "general"], help="built-in corpus")

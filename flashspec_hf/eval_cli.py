@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .cli import add_run_args, load_models, run_selector
 from .data import builtin_prompts
-from .demo import add_run_args, load_models, run_selector
-from .evaluation import check_output_dir, check_settings, evaluate, load_prompt_files, prepare_prompts
+from .evaluation.inputs import check_output_dir, check_settings, load_prompt_files, prepare_prompts
+from .evaluation.run import evaluate
 
 BUILTIN_PROMPTS_PER_DOMAIN = 3
 

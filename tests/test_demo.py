@@ -7,7 +7,8 @@ import torch
 
 from flashspec_hf.data import jsonl_prompts
 from flashspec_hf.demo import format_table, main
-from flashspec_hf.evaluation import first_divergence, summarize
+from flashspec_hf.evaluation.report import summarize
+from flashspec_hf.evaluation.run import first_divergence
 
 from .conftest import tiny_llama
 

@@ -6,8 +6,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from flashspec_hf.distill import distill, load_compact, make_draft, pack, target_continuations
-from flashspec_hf.evaluation import acceptance
+from flashspec_hf.compact import load_compact, save_compact
+from flashspec_hf.distill import distill, make_draft, pack, target_continuations
+from flashspec_hf.evaluation.run import acceptance
 
 from .conftest import tiny_llama
 
@@ -107,8 +108,6 @@ def test_distill_cli_on_the_real_target(tmp_path):
 def test_loading_a_compact_draft_leaves_a_bf16_target_untouched(tmp_path):
     """The draft shares the target's modules: loading it must not cast them (fp32 rotary frequencies) or move them."""
     from safetensors.torch import save_file
-
-    from flashspec_hf.distill import save_compact
 
     target = tiny_llama(layers=2, seed=0).to(torch.bfloat16)
     ids = torch.tensor([[5, 17, 33, 8, 90]])

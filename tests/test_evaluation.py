@@ -8,8 +8,10 @@ import pytest
 from datasets import Dataset, DatasetDict
 
 import flashspec_hf
-from flashspec_hf import eval_cli, evaluation
-from flashspec_hf.evaluation import OUTPUT_FILES, evaluate, markdown_table, summarize
+from flashspec_hf import eval_cli
+from flashspec_hf.evaluation import report as evaluation_report
+from flashspec_hf.evaluation.report import OUTPUT_FILES, Evaluation, markdown_table, summarize
+from flashspec_hf.evaluation.run import evaluate
 
 
 NO_PROMPT_COLUMN = r"no prompt column 'prompt'; the dataset's columns are \['text', 'topic'\]: name the one"
@@ -151,7 +153,7 @@ def test_writes_are_atomic(tmp_path, monkeypatch):
                 "arm_names": ["a"], "gamma": 4}]
     setup = {"target": "t", "device": "cpu", "dtype": "float32", "num_assistant_tokens": 4, "selector": "fixed",
              "max_new_tokens": 4, "do_sample": False, "torch": "x", "transformers": "y"}
-    report = evaluation.Evaluation(setup, summarize(results), results)
+    report = Evaluation(setup, summarize(results), results)
     out = tmp_path / "out"
     out.mkdir()
     (out / "results.json").write_text("previous")
@@ -159,18 +161,18 @@ def test_writes_are_atomic(tmp_path, monkeypatch):
     def broken_replace(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(evaluation.os, "replace", broken_replace)
+    monkeypatch.setattr(evaluation_report.os, "replace", broken_replace)
     with pytest.raises(OSError, match="disk full"):
-        evaluation.write_outputs(report, out)
+        evaluation_report.write_outputs(report, out)
     assert [p.name for p in out.iterdir()] == ["results.json"]  # no temporary file left over
     assert (out / "results.json").read_text() == "previous"
 
     monkeypatch.undo()
-    monkeypatch.setattr(evaluation, "plot_png", lambda *a: 1 / 0)  # rendering fails: nothing is written at all
+    monkeypatch.setattr(evaluation_report, "plot_png", lambda *a: 1 / 0)  # rendering fails: nothing is written at all
     with pytest.raises(ZeroDivisionError):
-        evaluation.write_outputs(report, tmp_path / "fresh")
+        evaluation_report.write_outputs(report, tmp_path / "fresh")
     assert not (tmp_path / "fresh").exists()
-    assert set(evaluation.write_outputs(report, out, plot=False)) == set(OUTPUT_FILES) - {"plot.png"}
+    assert set(evaluation_report.write_outputs(report, out, plot=False)) == set(OUTPUT_FILES) - {"plot.png"}
     assert json.loads((out / "results.json").read_text())["summary"][0]["tau"] == 2.0
 
 
@@ -263,8 +265,6 @@ def test_cli_on_the_real_target_with_builtin_prompts(tmp_path, capsys):
 
 def test_summary_alpha_uses_each_arms_own_gamma():
     """An arm with γ = 2 that accepted both drafts tested 2 tokens, not the largest γ's 4."""
-    from flashspec_hf.evaluation import summarize
-
     row = dict(domain="d", plain_new_tokens=6, plain_seconds=1.0, flash_new_tokens=6, flash_seconds=1.0,
                identical=True, arms=[0, 1], accepted=[2, 4], arm_names=["a@2", "a@4"], gamma=4, arm_gammas=[2, 4])
     (summary, _) = summarize([row])
