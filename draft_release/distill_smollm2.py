@@ -1,7 +1,7 @@
 """Distil assistants of SmolLM2-135M-Instruct on a GPU and measure their acceptance on held-out prompts.
 
-Run on the device by benchmarks/gpu_distill.sh (the GGUF, the gguf wheel and the corpus built by
-benchmarks/build_distill_corpus.py travel in .carry). Environment: ``VARIANTS`` (``LAYERSxWIDTH`` list, default
+Run on the device by draft_release/gpu_distill.sh (the GGUF, the gguf wheel and the corpus built by
+draft_release/build_distill_corpus.py travel in .carry). Environment: ``VARIANTS`` (``LAYERSxWIDTH`` list, default
 ``2x768``), ``DOMAINS`` (default ``chat,code,general``), ``DISTILL_STEPS``, ``NEW_TOKENS`` (tokens the target adds
 to each training prompt). The target's greedy continuations are cached in /tmp across calls of a warm machine.
 Writes to $OUT: ``results.json`` (training records and τ/α per evaluation domain, fp32 target, greedy, γ = 4,
