@@ -78,7 +78,7 @@ for layers, width in VARIANTS:
     for domain in DOMAINS:
         name, tag = f"smollm2-{domain}", f"{layers}x{width}-{domain}"
         folder = Path(f"/tmp/drafts/{tag}")
-        shutil.rmtree(folder, ignore_errors=True)  # distill() would resume a checkpoint of another configuration
+        shutil.rmtree(folder, ignore_errors=True)  # distill() refuses a folder holding another configuration
         t0 = time.time()
         distill(target, tokenizer, texts[domain], folder, num_layers=layers, intermediate_size=width, vocab_size=8192,
                 steps=STEPS, batch_size=32, seq_len=256, lr=1e-3, top_k=64, progress=False,

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
 import json
 import math
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +35,13 @@ from .compact import SHARED, save_compact
 from .model_card import model_card
 from .models import load_target
 from .target_parts import truncated_config
+
+CHECKPOINT = "checkpoint.pt"
+"""Written into the output folder every ``checkpoint_every`` steps: the trainable weights, optimiser and schedule
+state, step, losses, training seconds, and ``made_from`` (see :func:`check_previous_run`)."""
+
+RECORD = "training.json"
+"""Written last into the output folder: the finished run's settings, sizes, time, loss and ``made_from``."""
 
 
 def make_draft(target: PreTrainedModel, num_layers: int, intermediate_size: int | None = None) -> PreTrainedModel:
@@ -161,8 +170,10 @@ def distill(
         tokenizer: the target's tokenizer (saved with the draft).
         texts: a ``datasets.Dataset`` with a ``text_column`` of strings, or a list of strings.
         output_dir: where ``config.json``, ``model.safetensors``, the tokenizer, ``README.md`` (model card),
-            ``compact/`` (the draft's own weights only, see :func:`~flashspec_hf.compact.save_compact`) and ``training.json`` go.
-            A ``checkpoint.pt`` there (every ``checkpoint_every`` steps) resumes an interrupted run.
+            ``compact/`` (the draft's own weights only, see :func:`~flashspec_hf.compact.save_compact`) and
+            ``training.json`` (written last) go. A ``checkpoint.pt`` there (every ``checkpoint_every`` steps)
+            resumes an interrupted run made from the same inputs; a finished run made from the same inputs is
+            left as it is (nothing trained or written). See :func:`check_previous_run`.
         num_layers: decoder layers of the draft; ``intermediate_size``: its MLP width (default the target's).
         vocab_size: if set, the draft head keeps only the ``vocab_size`` most frequent tokens of ``texts``
             (:func:`frequent_tokens`; stored in ``compact/vocab.safetensors``).
@@ -177,7 +188,8 @@ def distill(
         ``output_dir``.
 
     Raises:
-        ValueError: no text, or fewer tokens than one batch.
+        ValueError: no text, fewer tokens than one batch, or ``output_dir`` holds a run made from other inputs
+            (settings, corpus or target; see :func:`check_previous_run`), checked before any training.
     """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -188,6 +200,15 @@ def distill(
     blocks = pack(tokenizer, texts, seq_len)  # [N, seq_len]
     if len(blocks) < batch_size:
         raise ValueError(f"{len(blocks)} blocks of {seq_len} tokens is less than one batch of {batch_size}")
+    made_from = {
+        "num_layers": num_layers, "intermediate_size": intermediate_size or target.config.intermediate_size,
+        "vocab_size": vocab_size, "seq_len": seq_len, "batch_size": batch_size, "steps": steps, "lr": lr,
+        "top_k": top_k, "seed": seed, "corpus": corpus_fingerprint(blocks), "target": target_fingerprint(target),
+    }
+    if check_previous_run(output_dir, made_from) == "finished":
+        if progress:
+            print(f"[flashspec] {output_dir} holds this run, finished: nothing to train", file=sys.stderr)
+        return output_dir
     device = target.device
     corpus_blocks = len(blocks)
     order = torch.randperm(corpus_blocks, generator=torch.Generator().manual_seed(seed))
@@ -200,7 +221,7 @@ def distill(
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
     )
-    start, losses, seconds = _resume(output_dir / "checkpoint.pt", draft, optimizer, schedule)
+    start, losses, seconds = _resume(output_dir / CHECKPOINT, draft, optimizer, schedule)
     started = time.time() - seconds
     bar = tqdm(range(start, steps), desc="distill", disable=not progress, initial=start, total=steps)
     for step in bar:
@@ -219,7 +240,8 @@ def distill(
         losses.append(loss.item())
         bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.3f}")
         if (step + 1) % checkpoint_every == 0 or step + 1 == steps:
-            _checkpoint(output_dir / "checkpoint.pt", draft, optimizer, schedule, step + 1, losses, time.time() - started)
+            _checkpoint(output_dir / CHECKPOINT, made_from, draft, optimizer, schedule, step + 1, losses,
+                        time.time() - started)
     draft.eval()
     vocab_ids = frequent_tokens(tokenizer, texts, vocab_size) if vocab_size else None
     info = {
@@ -237,13 +259,74 @@ def distill(
         "seq_len": seq_len,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
         **(card or {}),
+        "made_from": made_from,
     }
     draft.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
     save_compact(draft, output_dir / "compact", vocab_ids)
-    (output_dir / "training.json").write_text(json.dumps(info, indent=1))
     (output_dir / "README.md").write_text(model_card(info))
+    (output_dir / RECORD).write_text(json.dumps(info, indent=1))  # last: its presence marks a finished run
     return output_dir
+
+
+def corpus_fingerprint(blocks: torch.Tensor) -> str:
+    """SHA-256 (hex) of the packed training corpus, int64 ``[N, seq_len]`` (see :func:`pack`): the token ids the
+    teacher and the draft see, so it changes with the texts, the tokenizer and ``seq_len``."""
+    return hashlib.sha256(blocks.to(torch.int64).contiguous().numpy().tobytes()).hexdigest()
+
+
+def target_fingerprint(target: PreTrainedModel, values: int = 16) -> str:
+    """SHA-256 (hex) of the teacher's identity: its class and, for every parameter, its name, shape, dtype and
+    first and last ``values`` values. Cheap at any size (no pass over the weights) and independent of where the
+    target was loaded from; another checkpoint of the same architecture (fine-tuned, another dtype) differs."""
+    digest = hashlib.sha256(type(target).__name__.encode())
+    for name, param in target.named_parameters():
+        flat = param.detach().reshape(-1)
+        sample = torch.cat([flat[:values], flat[-values:]]).float().cpu().tolist()
+        digest.update(f"{name} {tuple(param.shape)} {param.dtype} {sample}".encode())
+    return digest.hexdigest()
+
+
+def check_previous_run(output_dir: str | Path, made_from: dict) -> str | None:
+    """What ``output_dir`` holds from an earlier :func:`distill` call, checked against what this one is made from.
+
+    Args:
+        output_dir: the run's folder.
+        made_from: this run's settings (``num_layers``, ``intermediate_size``, ``vocab_size``, ``seq_len``,
+            ``batch_size``, ``steps``, ``lr``, ``top_k``, ``seed``) and fingerprints (``corpus``:
+            :func:`corpus_fingerprint`, ``target``: :func:`target_fingerprint`). Only the keys given are compared,
+            so a command line can check its settings before it loads any model.
+
+    Returns:
+        None: no earlier run (start afresh); ``"finished"``: a finished run (:data:`RECORD`) made from the same
+        inputs; ``"interrupted"``: a :data:`CHECKPOINT` made from the same inputs, to resume.
+
+    Raises:
+        ValueError: an earlier run made from other inputs (the message names what differs), or one that does not
+            record what it was made from (written before flashspec_hf recorded it); either way the fix is another
+            output folder, or deleting that one.
+    """
+    output_dir = Path(output_dir)
+    if (output_dir / RECORD).exists():
+        status, found = "finished", "a finished run"
+        recorded = json.loads((output_dir / RECORD).read_text()).get("made_from")
+    elif (output_dir / CHECKPOINT).exists():
+        state = torch.load(output_dir / CHECKPOINT, map_location="cpu", weights_only=True)
+        status, found = "interrupted", f"an interrupted run (stopped after step {state['step']})"
+        recorded = state.get("made_from")
+    else:
+        return None
+    fix = f"write to another folder, or delete {output_dir} to start over"
+    if recorded is None:
+        raise ValueError(f"{output_dir} holds {found} that does not record what it was made from: {fix}")
+    differ = [
+        f"another {key}" if key in ("corpus", "target") else f"{key} {recorded.get(key)!r} there, {value!r} now"
+        for key, value in made_from.items()
+        if recorded.get(key) != value
+    ]
+    if differ:
+        raise ValueError(f"{output_dir} holds {found} made from other inputs: {'; '.join(differ)}; {fix}")
+    return status
 
 
 def frequent_tokens(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], num: int) -> torch.Tensor:
@@ -260,9 +343,12 @@ def _autocast(device: torch.device):
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
 
-def _checkpoint(path: Path, draft, optimizer, schedule, step: int, losses: list[float], seconds: float) -> None:
+def _checkpoint(
+    path: Path, made_from: dict, draft, optimizer, schedule, step: int, losses: list[float], seconds: float
+) -> None:
     trainable = {k: v for k, v in draft.state_dict().items() if k not in SHARED}
-    state = {"draft": trainable, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict()}
+    state = {"draft": trainable, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
+             "made_from": made_from}
     tmp = path.with_suffix(".tmp")
     torch.save({"step": step, "losses": losses, "seconds": seconds, **state}, tmp)
     tmp.replace(path)
@@ -272,7 +358,7 @@ def _resume(path: Path, draft, optimizer, schedule) -> tuple[int, list[float], f
     """Step, losses so far and training seconds so far (0, [], 0.0 without a checkpoint)."""
     if not path.exists():
         return 0, [], 0.0
-    state = torch.load(path, map_location=draft.device)
+    state = torch.load(path, map_location=draft.device, weights_only=True)
     draft.load_state_dict(state["draft"], strict=False)
     optimizer.load_state_dict(state["optimizer"])
     schedule.load_state_dict(state["schedule"])
@@ -288,7 +374,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--domain", choices=["chat", "code", "general"], help="built-in corpus")
     p.add_argument("--data-files", help="local json/jsonl/csv/parquet file(s) loaded with datasets.load_dataset")
     p.add_argument("--text-column", default="text")
-    p.add_argument("--output", required=True, help="folder to write (resumes from its checkpoint.pt)")
+    p.add_argument("--output", required=True,
+                   help="folder to write; an interrupted run there made from the same settings and corpus resumes "
+                        "from its checkpoint.pt, a finished one is left as it is, any other run is refused")
     p.add_argument("--model", help="target hub name or folder (default: the bundled SmolLM2-135M-Instruct)")
     p.add_argument("--num-layers", type=int, default=2)
     p.add_argument("--intermediate-size", type=int, default=768, help="MLP width of the draft layers (at most the target's)")
@@ -308,6 +396,12 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if (args.domain is None) == (args.data_files is None):
         p.error("give exactly one of --domain and --data-files")
+    settings = {"num_layers": args.num_layers, "vocab_size": args.draft_vocab or None, "seq_len": args.seq_len,
+                "batch_size": args.batch_size, "steps": args.steps, "lr": args.lr, "top_k": args.top_k}
+    try:  # before any model loads; distill() checks the rest (MLP width, corpus, target)
+        check_previous_run(args.output, settings)
+    except ValueError as error:
+        p.exit(2, f"{p.prog}: error: {error}\n")
     target, tokenizer = load_target(args.model, device=args.device)
     if args.domain:
         texts, prompts = distill_corpus(args.domain, tokenizer, args.num_texts, args.self_generated)
@@ -325,8 +419,9 @@ def main(argv: list[str] | None = None) -> None:
         data_name += f" + greedy target continuations ({new_tokens} tokens) of {len(generated):,} prompts"
     card = {"name": Path(args.output).name, "domain": args.domain or "custom", "data": data_name,
             "base_model": str(target.config.name_or_path)}
-    distill(target, tokenizer, texts, args.output, num_layers=args.num_layers, seq_len=args.seq_len,
-            intermediate_size=min(args.intermediate_size, target.config.intermediate_size),
-            vocab_size=args.draft_vocab or None,
-            batch_size=args.batch_size, steps=args.steps, lr=args.lr, top_k=args.top_k, card=card)
-    print(f"wrote {args.output}")
+    try:
+        distill(target, tokenizer, texts, args.output, **settings, card=card,
+                intermediate_size=min(args.intermediate_size, target.config.intermediate_size))
+    except ValueError as error:
+        p.exit(2, f"{p.prog}: error: {error}\n")
+    print(f"draft in {args.output}")
