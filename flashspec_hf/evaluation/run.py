@@ -193,8 +193,8 @@ def evaluate(
 
     Returns:
         An :class:`~flashspec_hf.evaluation.report.Evaluation`: per-category summary (tokens/s, speed-up, τ in
-        tokens per step, α and share per arm, identical outputs), per-prompt rows (wall seconds, tokens, greedy divergence position and top-2
-        logit margin), setup, and the files written.
+        tokens per step, α and share per arm, identical outputs), per-prompt rows (wall seconds, tokens, greedy
+        divergence position and top-2 logit margin), setup, and the files written.
 
     Raises:
         ValueError: bad data (see :func:`~flashspec_hf.evaluation.inputs.prepare_prompts`,
