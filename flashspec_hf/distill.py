@@ -16,7 +16,6 @@ target where greedy decoding takes it. The bundled SmolLM2 drafts were trained o
 
 from __future__ import annotations
 
-import argparse
 import copy
 import hashlib
 import json
@@ -367,25 +366,32 @@ def _resume(path: Path, draft, optimizer, schedule) -> tuple[int, list[float], f
 
 def main(argv: list[str] | None = None) -> None:
     """``flashspec-distill``: distil a draft for the bundled SmolLM2 target (or ``--model``) on a domain corpus
-    (``chat``, ``code``, ``general``) or on a JSONL/CSV/parquet file's text column."""
-    from .data import distill_corpus  # needs the demo extra (datasets); training itself does not
+    (``chat``, ``code``, ``general``) or on a json / jsonl / csv / parquet file's text column. Bad options, a bad
+    file or an output folder holding another run stop it before the target loads (one line, exit status 2)."""
+    # the command line needs the demo extra (datasets); training itself does not
+    from .cli import Parser, positive_int, user_errors
+    from .data import distill_corpus
+    from .evaluation.inputs import load_prompt_files
 
-    p = argparse.ArgumentParser(prog="flashspec-distill", description=main.__doc__)
+    p = Parser(prog="flashspec-distill", description=main.__doc__)
     p.add_argument("--domain", choices=["chat", "code", "general"], help="built-in corpus")
-    p.add_argument("--data-files", help="local json/jsonl/csv/parquet file(s) loaded with datasets.load_dataset")
-    p.add_argument("--text-column", default="text")
+    p.add_argument("--data-files", nargs="+", metavar="FILE",
+                   help="local json / jsonl / csv / parquet file(s) loaded with datasets.load_dataset")
+    p.add_argument("--text-column", default="text", help="column of --data-files with the texts (default text)")
     p.add_argument("--output", required=True,
                    help="folder to write; an interrupted run there made from the same settings and corpus resumes "
                         "from its checkpoint.pt, a finished one is left as it is, any other run is refused")
     p.add_argument("--model", help="target hub name or folder (default: the bundled SmolLM2-135M-Instruct)")
-    p.add_argument("--num-layers", type=int, default=2)
-    p.add_argument("--intermediate-size", type=int, default=768, help="MLP width of the draft layers (at most the target's)")
+    p.add_argument("--num-layers", type=positive_int, default=2)
+    p.add_argument("--intermediate-size", type=positive_int, default=768,
+                   help="MLP width of the draft layers (at most the target's)")
     p.add_argument("--draft-vocab", type=int, default=8192, help="frequent tokens the draft head keeps (0: all)")
-    p.add_argument("--steps", type=int, default=4000, help="optimiser steps (default 4000; the code draft used 8000)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--steps", type=positive_int, default=4000,
+                   help="optimiser steps (default 4000; the code draft used 8000)")
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--seq-len", type=positive_int, default=256)
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--top-k", type=int, default=64)
+    p.add_argument("--top-k", type=positive_int, default=64)
     p.add_argument("--num-texts", type=int, default=0,
                    help="documents of the built-in corpus trained on besides the target's continuations (default 0, "
                         "as the bundled drafts)")
@@ -398,20 +404,21 @@ def main(argv: list[str] | None = None) -> None:
         p.error("give exactly one of --domain and --data-files")
     settings = {"num_layers": args.num_layers, "vocab_size": args.draft_vocab or None, "seq_len": args.seq_len,
                 "batch_size": args.batch_size, "steps": args.steps, "lr": args.lr, "top_k": args.top_k}
-    try:  # before any model loads; distill() checks the rest (MLP width, corpus, target)
+    with user_errors(p.prog):  # before any model loads; distill() checks the rest (MLP width, corpus, target)
         check_previous_run(args.output, settings)
-    except ValueError as error:
-        p.exit(2, f"{p.prog}: error: {error}\n")
-    target, tokenizer = load_target(args.model, device=args.device)
+        if args.data_files:
+            data = load_prompt_files(args.data_files)
+            if args.text_column not in data.column_names:
+                raise ValueError(f"{', '.join(args.data_files)}: no column {args.text_column!r}; the columns are "
+                                 f"{data.column_names}: name the one with the texts with --text-column")
+    with user_errors(p.prog):
+        target, tokenizer = load_target(args.model, device=args.device)
     if args.domain:
         texts, prompts = distill_corpus(args.domain, tokenizer, args.num_texts, args.self_generated)
         data_name = f"{args.num_texts:,} documents of the built-in {args.domain} corpus"
     else:
-        from datasets import load_dataset
-
-        texts = load_dataset(args.data_files.rsplit(".", 1)[-1].replace("jsonl", "json"), data_files=args.data_files,
-                             split="train")[args.text_column]
-        prompts, data_name = [t[:400] for t in texts], args.data_files
+        texts = data[args.text_column]
+        prompts, data_name = [t[:400] for t in texts], ", ".join(args.data_files)
     if args.self_generated:
         batch, new_tokens = (256 if target.device.type == "cuda" else 8), 96
         generated = target_continuations(target, tokenizer, prompts[: args.self_generated], new_tokens, batch)
@@ -419,9 +426,7 @@ def main(argv: list[str] | None = None) -> None:
         data_name += f" + greedy target continuations ({new_tokens} tokens) of {len(generated):,} prompts"
     card = {"name": Path(args.output).name, "domain": args.domain or "custom", "data": data_name,
             "base_model": str(target.config.name_or_path)}
-    try:
+    with user_errors(p.prog):
         distill(target, tokenizer, texts, args.output, **settings, card=card,
                 intermediate_size=min(args.intermediate_size, target.config.intermediate_size))
-    except ValueError as error:
-        p.exit(2, f"{p.prog}: error: {error}\n")
     print(f"draft in {args.output}")

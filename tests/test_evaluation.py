@@ -3,6 +3,7 @@ model runs or file is written, atomic writes, and the CLI end to end on the real
 
 import csv
 import json
+import re
 
 import pytest
 from datasets import Dataset, DatasetDict
@@ -12,7 +13,6 @@ from flashspec_hf import eval_cli
 from flashspec_hf.evaluation import report as evaluation_report
 from flashspec_hf.evaluation.report import OUTPUT_FILES, Evaluation, markdown_table, summarize
 from flashspec_hf.evaluation.run import evaluate
-
 
 NO_PROMPT_COLUMN = r"no prompt column 'prompt'; the dataset's columns are \['text', 'topic'\]: name the one"
 PROMPTS = ["w5 w17 w33 w8", "w40 w41 w42", "w9 w60 w3 w77 w12", "w20 w21"]
@@ -116,7 +116,11 @@ def test_bad_datasets_fail_before_any_model_or_file(tmp_path, data, kwargs, matc
         ("p.txt", "hello\n", {}, r"cannot tell the format.*data_format"),
         ("p.csv", "text,topic\nhi,a\n", {}, NO_PROMPT_COLUMN),
         ("p.jsonl", '{"prompt": "a"}\n', {"data_format": "xml"}, r"unknown data format 'xml'"),
-        ("p.jsonl", '{"prompt": "a"\n', {}, r"could not read .* as json"),
+        ("p.jsonl", '{"prompt": "a"\n', {}, r"p.jsonl line 1: not valid JSON \(Expecting ',' delimiter, column 15\)"),
+        ("p.json", '[{"prompt": "a"}, "b"]', {}, r"p.json item 2: a JSON string, not an object"),
+        ("p.csv", 'prompt,domain\na,b\n"c,d\n', {}, r"p.csv line 3: unexpected end of data"),
+        ("p.csv", "prompt,domain\na,b\n\nc,d,e\n", {}, r"p.csv line 4: 3 fields, the header has 2"),
+        ("p.jsonl", '{"prompt": "a"}\n', {"split": "test"}, r"could not read .* split 'test' \(ValueError: Unknown"),
     ],
 )
 def test_bad_files_fail_before_any_model_or_file(tmp_path, name, text, kwargs, match):
@@ -201,7 +205,7 @@ def _no_models(args):
         ("p.jsonl", "", [], r"empty file"),
         ("p.jsonl", '{"prompt": "a", "domain": "c"}\n', ["--category-column", "topic"], r"no category column 'topic'"),
         ("p.jsonl", '{"prompt": 5}\n', [], r"must hold strings"),
-        ("p.jsonl", '{"prompt": "a"}\n', ["--gamma", "0"], r"gamma must be a positive integer"),
+        ("p.jsonl", '{"prompt": "a"}\n{"prompt": "b"}\n{"prompt": "c"\n', [], r"p.jsonl line 3: not valid JSON"),
     ],
 )
 def test_cli_refuses_bad_input_before_loading_models(tmp_path, monkeypatch, capsys, name, text, extra, match):
@@ -209,10 +213,12 @@ def test_cli_refuses_bad_input_before_loading_models(tmp_path, monkeypatch, caps
     path = tmp_path / name
     path.write_text(text)
     out = tmp_path / "out"
-    with pytest.raises(SystemExit, match=match) as exit_info:
+    with pytest.raises(SystemExit) as exit_info:
         eval_cli.main(["--data-files", str(path), "--output-dir", str(out), *extra])
-    assert isinstance(exit_info.value.__cause__, ValueError) and not out.exists()
-    assert capsys.readouterr().out == ""
+    assert exit_info.value.code == 2 and isinstance(exit_info.value.__cause__, ValueError) and not out.exists()
+    captured = capsys.readouterr()
+    assert captured.out == "" and re.match(r"flashspec-eval: error: .*" + match, captured.err)
+    assert captured.err.count("\n") == 1  # one line, no traceback
 
 
 def test_cli_argument_errors(capsys):

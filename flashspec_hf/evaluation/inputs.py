@@ -1,13 +1,18 @@
-"""Evaluation inputs: local prompt files read with ``datasets``, a prompt dataset checked and normalised, and the
-settings and output folder checked, all before any model runs or any file is written."""
+"""Evaluation inputs: local prompt files read with ``datasets`` (a malformed line named by its number), a prompt
+dataset checked and normalised, plain-text prompts put in a chat template, and the settings and output folder
+checked, all before any model runs or any file is written."""
 
 from __future__ import annotations
 
+import csv
+import json
 import os
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from transformers import PreTrainedTokenizerBase
 
 from ..selection import SELECTORS, Selector
 
@@ -19,6 +24,7 @@ DATA_FORMATS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "p
 
 CATEGORY_COLUMNS = ("domain", "category")
 """Columns tried, in order, as the category when none is named; without either every prompt is in ``"all"``."""
+
 
 def load_prompt_files(
     data_files: str | os.PathLike | Sequence[str | os.PathLike], data_format: str | None = None, split: str = "train"
@@ -33,9 +39,12 @@ def load_prompt_files(
 
     Raises:
         FileNotFoundError: a file does not exist.
-        ValueError: no files, an unknown format or extension, an empty file, or a file ``datasets`` cannot read.
+        ValueError: no files, an unknown format or extension, an empty file, a file that is not UTF-8 text, a
+            json / jsonl line that is not valid JSON or not an object, a csv record with more fields than the
+            header or a broken quote (these name the file and the line: ``prompts.jsonl line 3: not valid JSON
+            ...``), or a file ``datasets`` cannot read (the message gives its underlying error).
     """
-    from datasets import load_dataset
+    import datasets
 
     files = [data_files] if isinstance(data_files, (str, os.PathLike)) else list(data_files)
     if not files:
@@ -58,21 +67,123 @@ def load_prompt_files(
     empty = [str(p) for p in paths if not _has_content(p, data_format)]
     if empty:
         raise ValueError(f"{empty}: empty file, no prompts in it; give files with one prompt per row")
+    for path in paths:  # datasets' errors on a malformed file name neither the file nor the line
+        _check_syntax(path, data_format)
+    quiet = datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()  # "Generating train split" for a local file says nothing useful
     try:
-        return load_dataset(data_format, data_files=[str(p) for p in paths], split=split)
-    except Exception as error:  # datasets' own errors on malformed files say little about the file
+        return datasets.load_dataset(data_format, data_files=[str(p) for p in paths], split=split)
+    except Exception as error:
         if "corresponds to no data" in str(error):
             raise ValueError(f"{[str(p) for p in paths]} hold no rows (a header only?); add prompts") from error
+        cause = error  # datasets wraps the error that says what went wrong (DatasetGenerationError)
+        while cause.__cause__ is not None or cause.__context__ is not None:
+            cause = cause.__cause__ or cause.__context__
         raise ValueError(
-            f"could not read {[str(p) for p in paths]} as {data_format}, split {split!r} ({type(error).__name__}: "
-            f"{error}); check the files, data_format (--format) and split (--split)"
+            f"could not read {[str(p) for p in paths]} as {data_format}, split {split!r} ({type(cause).__name__}: "
+            f"{str(cause).strip()}); check the files, data_format (--format) and split (--split)"
         ) from error
+    finally:
+        if not quiet:
+            datasets.enable_progress_bars()
 
 
 def _has_content(path: Path, data_format: str) -> bool:
     with path.open("rb") as f:
         head = f.read(1 << 16)
     return bool(head) if data_format == "parquet" else bool(head.strip())
+
+
+_JSON_KINDS = {list: "list", str: "string", int: "number", float: "number", bool: "boolean", type(None): "null"}
+_ONE_OBJECT_PER_LINE = 'write one JSON object per line, e.g. {"prompt": "..."}'
+
+
+def _check_syntax(path: Path, data_format: str) -> None:
+    """Raise ValueError naming the file and line of the first json / jsonl / csv syntax error (parquet: none)."""
+    if data_format == "parquet":
+        return
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start}); save it as UTF-8") from None
+    if data_format == "json":
+        _check_json(path, text)
+    else:
+        _check_csv(path, text)
+
+
+def _check_json(path: Path, text: str) -> None:
+    """A JSON list of objects, one JSON object, or JSON Lines (one object per line; blank lines allowed)."""
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError:
+        document = None  # not one JSON document: JSON Lines, checked line by line below
+    else:
+        if isinstance(document, dict):
+            return
+        if isinstance(document, list):
+            for number, item in enumerate(document, 1):
+                if not isinstance(item, dict):
+                    raise ValueError(f"{path} item {number}: a JSON {_JSON_KINDS[type(item)]}, not an object; "
+                                     'give a list of objects, e.g. [{"prompt": "..."}]')
+            return
+    for number, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path} line {number}: not valid JSON ({error.msg}, column {error.colno}); "
+                             f"{_ONE_OBJECT_PER_LINE}") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path} line {number}: a JSON {_JSON_KINDS[type(row)]}, not an object; "
+                             f"{_ONE_OBJECT_PER_LINE}")
+
+
+def _check_csv(path: Path, text: str) -> None:
+    """A header, then records with at most as many fields (fewer: the rest are missing) and closed quotes."""
+    reader = csv.reader(text.splitlines(keepends=True), strict=True)
+    header, start = None, 1  # start: the line where the next record begins (a quoted field may span lines)
+    try:
+        for record in reader:
+            if header is None:
+                header = record or None  # blank lines before the header are skipped
+            elif len(record) > len(header):
+                raise ValueError(f"{path} line {start}: {len(record)} fields, the header has {len(header)}; "
+                                 'put a field that holds commas in double quotes ("a, b")')
+            start = reader.line_num + 1
+    except csv.Error as error:
+        raise ValueError(f"{path} line {start}: {error}; close each quoted field with a double quote, and double "
+                         'any quote inside one ("say ""hi""")') from None
+
+
+def chat_formatted(prompts: "Dataset", tokenizer: PreTrainedTokenizerBase) -> tuple["Dataset", int]:
+    """Plain-text prompts as an instruct model expects them: each as one user turn in the tokenizer's chat
+    template, with the assistant's turn to speak (``add_generation_prompt=True``).
+
+    A prompt that already holds one of the tokenizer's special tokens (``<|im_start|>``, ``<s>``, ...) is taken as
+    formatted and kept; so is every prompt when the tokenizer has no chat template (a base model).
+
+    Args:
+        prompts: a Dataset with the columns ``prompt`` (str) and ``domain`` (see :func:`prepare_prompts`).
+        tokenizer: the target's tokenizer.
+
+    Returns:
+        The prompts (same columns and order) and how many of them were put in the template.
+    """
+    from datasets import Dataset
+
+    if not getattr(tokenizer, "chat_template", None):
+        return prompts, 0
+    special = [token for token in tokenizer.all_special_tokens if token]
+    texts, wrapped = [], 0
+    for prompt in prompts["prompt"]:
+        if not any(token in prompt for token in special):
+            turn = [{"role": "user", "content": prompt}]
+            prompt = tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True)
+            wrapped += 1
+        texts.append(prompt)
+    return Dataset.from_dict({"prompt": texts, "domain": prompts["domain"]}), wrapped
 
 
 def prepare_prompts(
