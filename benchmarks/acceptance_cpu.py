@@ -1,6 +1,6 @@
 """τ and α of each bundled SmolLM2 assistant on each domain's held-out prompts, fp32 on this machine's CPU
 (greedy, γ = 4, 64 new tokens): python -m benchmarks.acceptance_cpu [NUM_PROMPTS]. Writes
-benchmarks/results/acceptance_cpu.json, keyed ``assistant|domain`` (read by benchmarks/write_model_cards.py)."""
+benchmarks/results/acceptance_cpu.json, keyed ``assistant|domain`` (read by draft_release/write_model_cards.py)."""
 
 import json
 import os
@@ -13,7 +13,7 @@ import torch
 import transformers
 
 from flashspec_hf.data import chat_prompts, code_prompts, prose_prompts
-from flashspec_hf.evaluation import acceptance
+from flashspec_hf.evaluation.run import acceptance
 from flashspec_hf.models import BUNDLED_ASSISTANTS, distilled_assistants, load_target
 
 num = int(sys.argv[1]) if len(sys.argv) > 1 else 24

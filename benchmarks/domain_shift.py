@@ -7,7 +7,7 @@ the distilled chat, code and general assistants and prompt lookup. Engines, run 
 machine-load drift hits all of them alike): plain ``generate``; each fixed arm; and selectors that keep their
 statistics along the whole stream (one instance each). The per-segment oracle is the fixed arm with the most
 tokens/s in each segment, known only in hindsight. ``--corpus FILE`` takes the held-out prompts from the corpus
-of benchmarks/build_distill_corpus.py instead of the datasets (for machines without ``datasets``).
+of draft_release/build_distill_corpus.py instead of the datasets (for machines without ``datasets``).
 
 Writes benchmarks/results/domain_shift.csv (one row per prompt and engine), domain_shift.json (per engine:
 overall tokens/s, ratio to the oracle and to the best fixed arm; per segment: tokens/s and τ) and

@@ -8,7 +8,7 @@ depends mostly on the embedding -> head path) and the assistants are the target'
 embedding, norm and head (``flashspec_hf.models.early_exit_assistants``), so they agree often. Smaller ε, higher
 τ, sensitively: on CPU (B = 1, 64 tokens, γ = 4, fp32) τ over the three depths was 2.5-2.7 at ε = 0.001, 2.2-2.6
 at 0.0007 (2.8-2.9 in bf16), 2.9-3.1 at 0.0006, 3.2-3.8 at 0.0005. ``--target smollm2``: SmolLM2-135M-Instruct, its
-bundled distilled assistants and the held-out prompts of build_distill_corpus.py, cut to
+bundled distilled assistants and the held-out prompts of draft_release/build_distill_corpus.py, cut to
 --prompt-len tokens, left-padded. EOS is disabled: every row generates exactly --max-new-tokens.
 
 Per engine and batch B: tokens/s (B x new tokens / wall s of one generate call, prefill included; median, min,

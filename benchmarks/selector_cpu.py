@@ -10,7 +10,7 @@ from pathlib import Path
 from flashspec_hf import SELECTORS
 from flashspec_hf.data import builtin_prompts
 from flashspec_hf.drafts import PromptLookup
-from flashspec_hf.evaluation import evaluate
+from flashspec_hf.evaluation.run import evaluate
 from flashspec_hf.models import distilled_assistants, load_target
 
 RUNS = {  # label -> what generate gets: a name is a fresh selector per prompt, an instance lives along the run

@@ -34,7 +34,8 @@ Glossary (every module's names follow it):
 """
 
 from .drafts import DraftSource, PromptLookup
-from .evaluation import Evaluation, evaluate
+from .evaluation.report import Evaluation
+from .evaluation.run import evaluate
 from .integration import DEFAULT_NUM_ASSISTANT_TOKENS, install
 from .selection import SELECTORS, FixedArm, Hedge, RoundRobin, Selector, ThompsonSampling, UCB1
 from .stats import FlashSpecStats

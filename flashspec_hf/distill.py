@@ -2,8 +2,8 @@
 
 The draft keeps the target's architecture, embeddings, final norm and LM head and only ``num_layers`` decoder
 layers (initialised from the target's first ones). The embeddings and head stay frozen: the draft shares them with
-the target at run time (:func:`load_compact`), so it adds ``num_layers`` layers of weights and costs ``num_layers``
-layers plus the head per drafted token.
+the target at run time (:func:`~flashspec_hf.compact.load_compact`), so it adds ``num_layers`` layers of weights
+and costs ``num_layers`` layers plus the head per drafted token.
 
 Loss: cross-entropy of the draft against the target's distribution restricted to its top-``k`` tokens
 (renormalised): ``-Σ_{v ∈ top-k(p)} p̃(v) log q(v)``. It equals the forward KL ``KL(p̃ ‖ q)`` up to a constant,
@@ -17,22 +17,30 @@ target where greedy decoding takes it. The bundled SmolLM2 drafts were trained o
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import math
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .models import share_target_modules
+from .compact import SHARED, save_compact
+from .model_card import model_card
+from .models import load_target
+from .target_parts import truncated_config
 
-SHARED = ("model.embed_tokens.weight", "lm_head.weight")
-"""Tensors a compact draft takes from its target."""
+CHECKPOINT = "checkpoint.pt"
+"""Written into the output folder every ``checkpoint_every`` steps: the trainable weights, optimiser and schedule
+state, step, losses, training seconds, and ``made_from`` (see :func:`check_previous_run`)."""
+
+RECORD = "training.json"
+"""Written last into the output folder: the finished run's settings, sizes, time, loss and ``made_from``."""
 
 
 def make_draft(target: PreTrainedModel, num_layers: int, intermediate_size: int | None = None) -> PreTrainedModel:
@@ -44,13 +52,7 @@ def make_draft(target: PreTrainedModel, num_layers: int, intermediate_size: int 
     Raises:
         ValueError: ``num_layers`` not in ``[1, target layers)`` or ``intermediate_size`` above the target's.
     """
-    total = target.config.num_hidden_layers
-    if not 0 < num_layers < total:
-        raise ValueError(f"num_layers must be in [1, {total - 1}], got {num_layers}")
-    config = copy.deepcopy(target.config)
-    config.num_hidden_layers = num_layers
-    if getattr(config, "layer_types", None):
-        config.layer_types = config.layer_types[:num_layers]
+    config = truncated_config(target.config, num_layers)
     width = intermediate_size or target.config.intermediate_size
     if width > target.config.intermediate_size:
         raise ValueError(f"intermediate_size {width} is above the target's {target.config.intermediate_size}")
@@ -167,8 +169,10 @@ def distill(
         tokenizer: the target's tokenizer (saved with the draft).
         texts: a ``datasets.Dataset`` with a ``text_column`` of strings, or a list of strings.
         output_dir: where ``config.json``, ``model.safetensors``, the tokenizer, ``README.md`` (model card),
-            ``compact/`` (the draft's own weights only, see :func:`save_compact`) and ``training.json`` go.
-            A ``checkpoint.pt`` there (every ``checkpoint_every`` steps) resumes an interrupted run.
+            ``compact/`` (the draft's own weights only, see :func:`~flashspec_hf.compact.save_compact`) and
+            ``training.json`` (written last) go. A ``checkpoint.pt`` there (every ``checkpoint_every`` steps)
+            resumes an interrupted run made from the same inputs; a finished run made from the same inputs is
+            left as it is (nothing trained or written). See :func:`check_previous_run`.
         num_layers: decoder layers of the draft; ``intermediate_size``: its MLP width (default the target's).
         vocab_size: if set, the draft head keeps only the ``vocab_size`` most frequent tokens of ``texts``
             (:func:`frequent_tokens`; stored in ``compact/vocab.safetensors``).
@@ -183,7 +187,8 @@ def distill(
         ``output_dir``.
 
     Raises:
-        ValueError: no text, or fewer tokens than one batch.
+        ValueError: no text, fewer tokens than one batch, or ``output_dir`` holds a run made from other inputs
+            (settings, corpus or target; see :func:`check_previous_run`), checked before any training.
     """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -194,6 +199,15 @@ def distill(
     blocks = pack(tokenizer, texts, seq_len)  # [N, seq_len]
     if len(blocks) < batch_size:
         raise ValueError(f"{len(blocks)} blocks of {seq_len} tokens is less than one batch of {batch_size}")
+    made_from = {
+        "num_layers": num_layers, "intermediate_size": intermediate_size or target.config.intermediate_size,
+        "vocab_size": vocab_size, "seq_len": seq_len, "batch_size": batch_size, "steps": steps, "lr": lr,
+        "top_k": top_k, "seed": seed, "corpus": corpus_fingerprint(blocks), "target": target_fingerprint(target),
+    }
+    if check_previous_run(output_dir, made_from) == "finished":
+        if progress:
+            print(f"[flashspec] {output_dir} holds this run, finished: nothing to train", file=sys.stderr)
+        return output_dir
     device = target.device
     corpus_blocks = len(blocks)
     order = torch.randperm(corpus_blocks, generator=torch.Generator().manual_seed(seed))
@@ -206,7 +220,7 @@ def distill(
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
     )
-    start, losses, seconds = _resume(output_dir / "checkpoint.pt", draft, optimizer, schedule)
+    start, losses, seconds = _resume(output_dir / CHECKPOINT, draft, optimizer, schedule)
     started = time.time() - seconds
     bar = tqdm(range(start, steps), desc="distill", disable=not progress, initial=start, total=steps)
     for step in bar:
@@ -225,7 +239,8 @@ def distill(
         losses.append(loss.item())
         bar.set_postfix(loss=f"{sum(losses[-50:]) / len(losses[-50:]):.3f}")
         if (step + 1) % checkpoint_every == 0 or step + 1 == steps:
-            _checkpoint(output_dir / "checkpoint.pt", draft, optimizer, schedule, step + 1, losses, time.time() - started)
+            _checkpoint(output_dir / CHECKPOINT, made_from, draft, optimizer, schedule, step + 1, losses,
+                        time.time() - started)
     draft.eval()
     vocab_ids = frequent_tokens(tokenizer, texts, vocab_size) if vocab_size else None
     info = {
@@ -243,65 +258,74 @@ def distill(
         "seq_len": seq_len,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
         **(card or {}),
+        "made_from": made_from,
     }
     draft.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
     save_compact(draft, output_dir / "compact", vocab_ids)
-    (output_dir / "training.json").write_text(json.dumps(info, indent=1))
     (output_dir / "README.md").write_text(model_card(info))
+    (output_dir / RECORD).write_text(json.dumps(info, indent=1))  # last: its presence marks a finished run
     return output_dir
 
 
-def model_card(info: dict, measured: Sequence[tuple[str, dict]] = (), notes: str = "") -> str:
-    """A Hugging Face model card (YAML front matter + Markdown) for a distilled draft.
+def corpus_fingerprint(blocks: torch.Tensor) -> str:
+    """SHA-256 (hex) of the packed training corpus, int64 ``[N, seq_len]`` (see :func:`pack`): the token ids the
+    teacher and the draft see, so it changes with the texts, the tokenizer and ``seq_len``."""
+    return hashlib.sha256(blocks.to(torch.int64).contiguous().numpy().tobytes()).hexdigest()
+
+
+def target_fingerprint(target: PreTrainedModel, values: int = 16) -> str:
+    """SHA-256 (hex) of the teacher's identity: its class and, for every parameter, its name, shape, dtype and
+    first and last ``values`` values. Cheap at any size (no pass over the weights) and independent of where the
+    target was loaded from; another checkpoint of the same architecture (fine-tuned, another dtype) differs."""
+    digest = hashlib.sha256(type(target).__name__.encode())
+    for name, param in target.named_parameters():
+        flat = param.detach().reshape(-1)
+        sample = torch.cat([flat[:values], flat[-values:]]).float().cpu().tolist()
+        digest.update(f"{name} {tuple(param.shape)} {param.dtype} {sample}".encode())
+    return digest.hexdigest()
+
+
+def check_previous_run(output_dir: str | Path, made_from: dict) -> str | None:
+    """What ``output_dir`` holds from an earlier :func:`distill` call, checked against what this one is made from.
 
     Args:
-        info: the draft's ``training.json`` (name, domain, data, base_model, steps, sizes, time, device).
-        measured: acceptance tables, each ``(setup, {domain: {"tau": float, "alpha": float}})`` where ``setup``
-            says on what prompts, hardware and software it was measured.
-        notes: Markdown appended at the end (e.g. what other configurations measured).
+        output_dir: the run's folder.
+        made_from: this run's settings (``num_layers``, ``intermediate_size``, ``vocab_size``, ``seq_len``,
+            ``batch_size``, ``steps``, ``lr``, ``top_k``, ``seed``) and fingerprints (``corpus``:
+            :func:`corpus_fingerprint`, ``target``: :func:`target_fingerprint`). Only the keys given are compared,
+            so a command line can check its settings before it loads any model.
+
+    Returns:
+        None: no earlier run (start afresh); ``"finished"``: a finished run (:data:`RECORD`) made from the same
+        inputs; ``"interrupted"``: a :data:`CHECKPOINT` made from the same inputs, to resume.
+
+    Raises:
+        ValueError: an earlier run made from other inputs (the message names what differs), or one that does not
+            record what it was made from (written before flashspec_hf recorded it); either way the fix is another
+            output folder, or deleting that one.
     """
-    lines = [
-        "---",
-        "library_name: transformers",
-        "pipeline_tag: text-generation",
-        f"base_model: {info.get('base_model', 'unknown')}",
-        "license: apache-2.0",
-        "tags: [speculative-decoding, flashspec]",
-        "---",
-        "",
-        f"# {info.get('name', 'draft')}: a flashspec assistant for {info.get('base_model', 'its target')}",
-        "",
-        f"A draft model distilled for the {info.get('domain', 'general')} domain: the target's first "
-        f"{info['num_layers']} decoder layers (MLP width {info.get('intermediate_size')}) and final norm, trained to "
-        "match the target's next-token distribution (top-k cross-entropy), with the target's embeddings and LM head "
-        "frozen and shared at run time"
-        + (f"; its head keeps {info['draft_vocab']:,} tokens, the most frequent ones in its training text and the "
-           "special tokens." if info.get("draft_vocab") else "."),
-        "It is a draft for speculative decoding: outputs come from the target, so they are exact whatever the draft.",
-        "",
-        "## Training",
-        "",
-        f"- data: {info.get('data', 'unknown')}",
-        f"- {info['steps']:,} steps × {info['batch_size']} × {info['seq_len']} tokens "
-        f"({info['tokens_seen']:,} tokens), lr {info['lr']}, top-k {info['top_k']}",
-        f"- training steps: {info['seconds']} s on {info['device']} (not counting the target's continuations and "
-        "top-k pass); final loss " + (f"{info['final_loss']:.3f}" if info.get("final_loss") is not None else "not recorded"),
-        "",
-        "## Why this architecture",
-        "",
-        "Sharing the target's embeddings and head makes the draft's distribution start close to the target's and "
-        "costs no extra weights to ship; a few narrow layers add most of the agreement a draft gets from depth while "
-        "keeping its cost per token a few percent of the target's. A head over the frequent tokens cuts the largest "
-        "remaining cost (for SmolLM2-135M the head is 28M of the target's 135M multiply-accumulates per token).",
+    output_dir = Path(output_dir)
+    if (output_dir / RECORD).exists():
+        status, found = "finished", "a finished run"
+        recorded = json.loads((output_dir / RECORD).read_text()).get("made_from")
+    elif (output_dir / CHECKPOINT).exists():
+        state = torch.load(output_dir / CHECKPOINT, map_location="cpu", weights_only=True)
+        status, found = "interrupted", f"an interrupted run (stopped after step {state['step']})"
+        recorded = state.get("made_from")
+    else:
+        return None
+    fix = f"write to another folder, or delete {output_dir} to start over"
+    if recorded is None:
+        raise ValueError(f"{output_dir} holds {found} that does not record what it was made from: {fix}")
+    differ = [
+        f"another {key}" if key in ("corpus", "target") else f"{key} {recorded.get(key)!r} there, {value!r} now"
+        for key, value in made_from.items()
+        if recorded.get(key) != value
     ]
-    for setup, table in measured:
-        lines += ["", "## Measured acceptance", "", setup, "",
-                  "| domain | τ (tokens per step) | α (acceptance rate) |", "|---|---|---|"]
-        lines += [f"| {d} | {m['tau']:.2f} | {m['alpha']:.2f} |" for d, m in table.items()]
-    if notes:
-        lines += ["", notes]
-    return "\n".join(lines) + "\n"
+    if differ:
+        raise ValueError(f"{output_dir} holds {found} made from other inputs: {'; '.join(differ)}; {fix}")
+    return status
 
 
 def frequent_tokens(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], num: int) -> torch.Tensor:
@@ -314,58 +338,16 @@ def frequent_tokens(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], nu
     return torch.tensor(sorted(keep), dtype=torch.long)
 
 
-def save_compact(draft: PreTrainedModel, folder: str | Path, vocab_ids: torch.Tensor | None = None) -> Path:
-    """The draft's own weights (fp16 safetensors, without the target's embeddings and head), its config, and
-    optionally the token ids ``[S]`` its head keeps (``vocab.safetensors``)."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    own = {k: v.detach().to("cpu", torch.float16).contiguous() for k, v in draft.state_dict().items() if k not in SHARED}
-    save_file(own, folder / "model.safetensors")
-    draft.config.to_json_file(folder / "config.json")
-    if vocab_ids is not None:
-        save_file({"token_ids": vocab_ids.to(torch.long).contiguous()}, folder / "vocab.safetensors")
-    return folder
-
-
-def load_compact(folder: str | Path, target: PreTrainedModel, name: str | None = None) -> PreTrainedModel:
-    """A compact draft on the target's device and dtype, sharing the target's embeddings (no copy).
-
-    Its LM head is the target's, or, with a ``vocab.safetensors``, the target's rows for those ``S`` tokens only
-    (``S / V`` of the head's cost per drafted token); the model then has a ``draft_vocab_ids`` int64 ``[S]``
-    attribute, its logits are ``[..., S]``, and the other tokens have draft probability 0.
-
-    Raises:
-        ValueError: the draft was trained for a target with other dimensions.
-    """
-    folder = Path(folder)
-    config = type(target.config).from_json_file(folder / "config.json")
-    if config.hidden_size != target.config.hidden_size or config.vocab_size != target.config.vocab_size:
-        raise ValueError(f"{folder} was distilled for another target (hidden/vocab sizes differ)")
-    config.name_or_path = name or folder.name
-    with torch.device("meta"):
-        draft = type(target)(config)
-    # weights converted before assignment: no whole-model .to(), which would also cast the modules shared with the
-    # target (its fp32 rotary frequencies) or move them off their devices
-    device, dtype = target.get_input_embeddings().weight.device, target.dtype
-    weights = {k: v.to(device, dtype) for k, v in load_file(folder / "model.safetensors").items()}
-    draft.load_state_dict(weights, strict=False, assign=True)
-    draft = share_target_modules(draft, target).eval()
-    if (folder / "vocab.safetensors").exists():
-        head_weight = target.lm_head.weight
-        ids = load_file(folder / "vocab.safetensors")["token_ids"].to(head_weight.device)
-        draft.lm_head = nn.Linear(config.hidden_size, len(ids), bias=False, device=head_weight.device, dtype=dtype)
-        draft.lm_head.weight.data = head_weight.data[ids]  # [S, hidden], a copy
-        draft.register_buffer("draft_vocab_ids", ids, persistent=False)  # moves with the draft
-    return draft
-
-
 def _autocast(device: torch.device):
     return torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
 
-def _checkpoint(path: Path, draft, optimizer, schedule, step: int, losses: list[float], seconds: float) -> None:
+def _checkpoint(
+    path: Path, made_from: dict, draft, optimizer, schedule, step: int, losses: list[float], seconds: float
+) -> None:
     trainable = {k: v for k, v in draft.state_dict().items() if k not in SHARED}
-    state = {"draft": trainable, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict()}
+    state = {"draft": trainable, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict(),
+             "made_from": made_from}
     tmp = path.with_suffix(".tmp")
     torch.save({"step": step, "losses": losses, "seconds": seconds, **state}, tmp)
     tmp.replace(path)
@@ -375,7 +357,7 @@ def _resume(path: Path, draft, optimizer, schedule) -> tuple[int, list[float], f
     """Step, losses so far and training seconds so far (0, [], 0.0 without a checkpoint)."""
     if not path.exists():
         return 0, [], 0.0
-    state = torch.load(path, map_location=draft.device)
+    state = torch.load(path, map_location=draft.device, weights_only=True)
     draft.load_state_dict(state["draft"], strict=False)
     optimizer.load_state_dict(state["optimizer"])
     schedule.load_state_dict(state["schedule"])
@@ -384,26 +366,32 @@ def _resume(path: Path, draft, optimizer, schedule) -> tuple[int, list[float], f
 
 def main(argv: list[str] | None = None) -> None:
     """``flashspec-distill``: distil a draft for the bundled SmolLM2 target (or ``--model``) on a domain corpus
-    (``chat``, ``code``, ``general``) or on a JSONL/CSV/parquet file's text column."""
-    import argparse
-
+    (``chat``, ``code``, ``general``) or on a json / jsonl / csv / parquet file's text column. Bad options, a bad
+    file or an output folder holding another run stop it before the target loads (one line, exit status 2)."""
+    # the command line needs the demo extra (datasets); training itself does not
+    from .cli import Parser, positive_int, user_errors
     from .data import distill_corpus
-    from .models import load_target
+    from .evaluation.inputs import load_prompt_files
 
-    p = argparse.ArgumentParser(prog="flashspec-distill", description=main.__doc__)
+    p = Parser(prog="flashspec-distill", description=main.__doc__)
     p.add_argument("--domain", choices=["chat", "code", "general"], help="built-in corpus")
-    p.add_argument("--data-files", help="local json/jsonl/csv/parquet file(s) loaded with datasets.load_dataset")
-    p.add_argument("--text-column", default="text")
-    p.add_argument("--output", required=True, help="folder to write (resumes from its checkpoint.pt)")
+    p.add_argument("--data-files", nargs="+", metavar="FILE",
+                   help="local json / jsonl / csv / parquet file(s) loaded with datasets.load_dataset")
+    p.add_argument("--text-column", default="text", help="column of --data-files with the texts (default text)")
+    p.add_argument("--output", required=True,
+                   help="folder to write; an interrupted run there made from the same settings and corpus resumes "
+                        "from its checkpoint.pt, a finished one is left as it is, any other run is refused")
     p.add_argument("--model", help="target hub name or folder (default: the bundled SmolLM2-135M-Instruct)")
-    p.add_argument("--num-layers", type=int, default=2)
-    p.add_argument("--intermediate-size", type=int, default=768, help="MLP width of the draft layers (at most the target's)")
+    p.add_argument("--num-layers", type=positive_int, default=2)
+    p.add_argument("--intermediate-size", type=positive_int, default=768,
+                   help="MLP width of the draft layers (at most the target's)")
     p.add_argument("--draft-vocab", type=int, default=8192, help="frequent tokens the draft head keeps (0: all)")
-    p.add_argument("--steps", type=int, default=4000, help="optimiser steps (default 4000; the code draft used 8000)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--seq-len", type=int, default=256)
+    p.add_argument("--steps", type=positive_int, default=4000,
+                   help="optimiser steps (default 4000; the code draft used 8000)")
+    p.add_argument("--batch-size", type=positive_int, default=32)
+    p.add_argument("--seq-len", type=positive_int, default=256)
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--top-k", type=int, default=64)
+    p.add_argument("--top-k", type=positive_int, default=64)
     p.add_argument("--num-texts", type=int, default=0,
                    help="documents of the built-in corpus trained on besides the target's continuations (default 0, "
                         "as the bundled drafts)")
@@ -414,16 +402,23 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if (args.domain is None) == (args.data_files is None):
         p.error("give exactly one of --domain and --data-files")
-    target, tokenizer = load_target(args.model, device=args.device)
+    settings = {"num_layers": args.num_layers, "vocab_size": args.draft_vocab or None, "seq_len": args.seq_len,
+                "batch_size": args.batch_size, "steps": args.steps, "lr": args.lr, "top_k": args.top_k}
+    with user_errors(p.prog):  # before any model loads; distill() checks the rest (MLP width, corpus, target)
+        check_previous_run(args.output, settings)
+        if args.data_files:
+            data = load_prompt_files(args.data_files)
+            if args.text_column not in data.column_names:
+                raise ValueError(f"{', '.join(args.data_files)}: no column {args.text_column!r}; the columns are "
+                                 f"{data.column_names}: name the one with the texts with --text-column")
+    with user_errors(p.prog):
+        target, tokenizer = load_target(args.model, device=args.device)
     if args.domain:
         texts, prompts = distill_corpus(args.domain, tokenizer, args.num_texts, args.self_generated)
         data_name = f"{args.num_texts:,} documents of the built-in {args.domain} corpus"
     else:
-        from datasets import load_dataset
-
-        texts = load_dataset(args.data_files.rsplit(".", 1)[-1].replace("jsonl", "json"), data_files=args.data_files,
-                             split="train")[args.text_column]
-        prompts, data_name = [t[:400] for t in texts], args.data_files
+        texts = data[args.text_column]
+        prompts, data_name = [t[:400] for t in texts], ", ".join(args.data_files)
     if args.self_generated:
         batch, new_tokens = (256 if target.device.type == "cuda" else 8), 96
         generated = target_continuations(target, tokenizer, prompts[: args.self_generated], new_tokens, batch)
@@ -431,8 +426,7 @@ def main(argv: list[str] | None = None) -> None:
         data_name += f" + greedy target continuations ({new_tokens} tokens) of {len(generated):,} prompts"
     card = {"name": Path(args.output).name, "domain": args.domain or "custom", "data": data_name,
             "base_model": str(target.config.name_or_path)}
-    distill(target, tokenizer, texts, args.output, num_layers=args.num_layers, seq_len=args.seq_len,
-            intermediate_size=min(args.intermediate_size, target.config.intermediate_size),
-            vocab_size=args.draft_vocab or None,
-            batch_size=args.batch_size, steps=args.steps, lr=args.lr, top_k=args.top_k, card=card)
-    print(f"wrote {args.output}")
+    with user_errors(p.prog):
+        distill(target, tokenizer, texts, args.output, **settings, card=card,
+                intermediate_size=min(args.intermediate_size, target.config.intermediate_size))
+    print(f"draft in {args.output}")

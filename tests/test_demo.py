@@ -1,13 +1,14 @@
-"""The demo end to end on the real target (JSON output), its prompt loading and its errors."""
+"""The demo end to end on the real target (JSON output); its bad input is tested with flashspec-eval's in
+test_cli.py."""
 
 import json
 
 import pytest
 import torch
 
-from flashspec_hf.data import jsonl_prompts
 from flashspec_hf.demo import format_table, main
-from flashspec_hf.evaluation import first_divergence, summarize
+from flashspec_hf.evaluation.report import summarize
+from flashspec_hf.evaluation.run import first_divergence
 
 from .conftest import tiny_llama
 
@@ -29,17 +30,6 @@ def test_demo_json_on_real_prompts(tmp_path, capsys):
     assert out["setup"]["selector"] == "cost_aware_discounted_thompson (one for all prompts)"
     table = format_table(out["summary"], out["setup"], greedy=True)
     assert "code" in table and "2/2" in table
-
-
-@pytest.mark.parametrize(
-    "lines, match",
-    [(['{"text": "a"}'], "'prompt' field"), ([], "holds no prompts"), (['{"prompt": 3}'], "must be a string")],
-)
-def test_bad_prompt_files(tmp_path, lines, match):
-    path = tmp_path / "bad.jsonl"
-    path.write_text("\n".join(lines) + ("\n" if lines else ""))
-    with pytest.raises(ValueError, match=match):
-        jsonl_prompts(path)
 
 
 def test_first_divergence_reports_the_margin():

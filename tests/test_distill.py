@@ -6,11 +6,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from flashspec_hf.distill import distill, load_compact, make_draft, pack, target_continuations
-from flashspec_hf.evaluation import acceptance
+from flashspec_hf.compact import load_compact, save_compact
+from flashspec_hf.distill import distill, make_draft, pack, target_continuations
+from flashspec_hf.evaluation.run import acceptance
 
 from .conftest import tiny_llama
-from .test_integration import tokenizer  # noqa: F401  (the word-level tokenizer fixture)
 
 TEXTS = [" ".join(f"w{(i * 7 + j * 3) % 90 + 3}" for j in range(40)) for i in range(60)]
 
@@ -22,7 +22,7 @@ def test_make_draft_copies_the_first_layers():
     assert not draft.lm_head.weight.requires_grad and draft.model.layers[0].self_attn.q_proj.weight.requires_grad
 
 
-def test_distill_trains_resumes_and_loads(tmp_path, tokenizer):  # noqa: F811
+def test_distill_trains_resumes_and_loads(tmp_path, tokenizer):
     target = tiny_llama(layers=3, seed=0, peak=4.0)
     assert pack(tokenizer, TEXTS, 16).shape[1] == 16
     out = distill(target, tokenizer, TEXTS, tmp_path / "d", num_layers=1, seq_len=16, batch_size=8, steps=6,
@@ -42,7 +42,7 @@ def test_distill_trains_resumes_and_loads(tmp_path, tokenizer):  # noqa: F811
     assert stats["tau"] >= 1.0 and 0.0 <= stats["alpha"] <= 1.0
 
 
-def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path, tokenizer, monkeypatch):  # noqa: F811
+def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path, tokenizer, monkeypatch):
     """Stopped after its step-3 checkpoint and run again, distillation ends where an uninterrupted run ends."""
     import flashspec_hf.distill as distill_module
 
@@ -69,7 +69,82 @@ def test_an_interrupted_run_resumes_to_the_same_weights(tmp_path, tokenizer, mon
         assert torch.equal(a, b), name
 
 
-def test_target_continuations_batch_by_length_and_drop_long_prompts(tokenizer):  # noqa: F811
+def _files(folder) -> dict:
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_folder_holding_another_run_is_refused_and_a_finished_run_left_alone(tmp_path, tokenizer, monkeypatch):
+    """A finished or interrupted run made from other settings, another corpus or another target is refused before
+    any training, naming what differs, and its folder is left as it was; the same finished run is not run again."""
+    import flashspec_hf.distill as distill_module
+
+    target = tiny_llama(layers=3, seed=0, peak=4.0)
+    kwargs = dict(num_layers=1, seq_len=16, batch_size=8, steps=6, checkpoint_every=3, progress=False)
+    out = distill(target, tokenizer, TEXTS, tmp_path / "d", card={"data": "first corpus"}, **kwargs)
+    finished = _files(out)
+    clip, calls = distill_module.nn.utils.clip_grad_norm_, []
+    monkeypatch.setattr(distill_module.nn.utils, "clip_grad_norm_", lambda *a, **kw: calls.append(1) or clip(*a, **kw))
+    other_target = tiny_llama(layers=3, seed=1, peak=4.0)
+    for model, texts, change, match in [
+        (target, TEXTS, {"steps": 8}, r"finished run made from other inputs: steps 6 there, 8 now"),
+        (target, TEXTS, {"lr": 3e-3}, r"lr 0.001 there, 0.003 now"),
+        (target, TEXTS[::-1], {}, r"another corpus"),
+        (other_target, TEXTS, {}, r"another target"),
+    ]:
+        with pytest.raises(ValueError, match=match + r".*another folder, or delete"):
+            distill(model, tokenizer, texts, out, card={"data": "second corpus"}, **{**kwargs, **change})
+    assert _files(out) == finished and not calls
+    assert distill(target, tokenizer, TEXTS, out, card={"data": "second corpus"}, **kwargs) == out
+    assert _files(out) == finished and not calls  # finished: nothing trained, the card still names its corpus
+
+    def crash_at_step_4(*args, **kw):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return clip(*args, **kw)
+
+    monkeypatch.setattr(distill_module.nn.utils, "clip_grad_norm_", crash_at_step_4)
+    with pytest.raises(KeyboardInterrupt):
+        distill(target, tokenizer, TEXTS, tmp_path / "cut", **kwargs)
+    interrupted = _files(tmp_path / "cut")
+    other_corpus = r"an interrupted run \(stopped after step 3\) made from other inputs: another corpus"
+    with pytest.raises(ValueError, match=other_corpus):
+        distill(target, tokenizer, TEXTS[::-1], tmp_path / "cut", **kwargs)
+    assert _files(tmp_path / "cut") == interrupted
+    loads, load = [], torch.load
+    monkeypatch.setattr(distill_module.torch, "load", lambda *a, **kw: loads.append(kw) or load(*a, **kw))
+    distill(target, tokenizer, TEXTS, tmp_path / "cut", **kwargs)  # the same inputs: resumes
+    assert loads and all(kw.get("weights_only") is True for kw in loads)
+
+
+def test_a_checkpoint_without_a_record_of_its_inputs_is_refused(tmp_path, tokenizer):
+    target = tiny_llama(layers=3, seed=0, peak=4.0)
+    kwargs = dict(num_layers=1, seq_len=16, batch_size=8, steps=3, progress=False)
+    out = distill(target, tokenizer, TEXTS, tmp_path / "d", **kwargs)
+    (out / "training.json").unlink()
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    del state["made_from"]
+    torch.save(state, out / "checkpoint.pt")  # as flashspec_hf wrote them before it recorded the inputs
+    with pytest.raises(ValueError, match=r"interrupted run \(stopped after step 3\) that does not record what it"):
+        distill(target, tokenizer, TEXTS, out, **kwargs)
+
+
+def test_the_distill_cli_checks_its_output_folder_before_loading_the_target(tmp_path, tokenizer, monkeypatch, capsys):
+    import flashspec_hf.distill as distill_module
+
+    target = tiny_llama(layers=3, seed=0, peak=4.0)
+    out = distill(target, tokenizer, TEXTS, tmp_path / "d", num_layers=2, seq_len=16, batch_size=8, steps=3,
+                  progress=False)
+    monkeypatch.setattr(distill_module, "load_target", lambda *a, **kw: pytest.fail("the target was loaded"))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        distill_module.main(["--domain", "chat", "--output", str(out), "--seq-len", "16", "--batch-size", "8"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("flashspec-distill: error: ") and "steps 3 there, 4000 now" in err[0]
+
+
+def test_target_continuations_batch_by_length_and_drop_long_prompts(tokenizer):
     target = tiny_llama(layers=2, seed=0, peak=4.0)
     prompts = ["w5 w8 w11 w14 w17", "w40", "w3 w4 w5 w6 w7 w8 w9 w10 w11", "w20 w21"]  # 5, 1, 9, 2 tokens
     out = target_continuations(target, tokenizer, prompts, max_new_tokens=3, batch_size=2, max_prompt_tokens=6)
@@ -77,7 +152,7 @@ def test_target_continuations_batch_by_length_and_drop_long_prompts(tokenizer): 
     assert len(out) == 3 and all(o.startswith(p) and len(o) > len(p) for o, p in zip(out, kept, strict=True))
 
 
-def test_distillation_raises_acceptance(tmp_path, tokenizer):  # noqa: F811
+def test_distillation_raises_acceptance(tmp_path, tokenizer):
     """A draft trained on the target's own text must agree with it more than the untrained early exit."""
     target = tiny_llama(layers=3, seed=0, peak=4.0)
     prompts = ["w5 w8 w11", "w40 w43", "w60 w63 w66 w69"]
@@ -108,8 +183,6 @@ def test_distill_cli_on_the_real_target(tmp_path):
 def test_loading_a_compact_draft_leaves_a_bf16_target_untouched(tmp_path):
     """The draft shares the target's modules: loading it must not cast them (fp32 rotary frequencies) or move them."""
     from safetensors.torch import save_file
-
-    from flashspec_hf.distill import save_compact
 
     target = tiny_llama(layers=2, seed=0).to(torch.bfloat16)
     ids = torch.tensor([[5, 17, 33, 8, 90]])

@@ -3,15 +3,16 @@ model runs or file is written, atomic writes, and the CLI end to end on the real
 
 import csv
 import json
+import re
 
 import pytest
 from datasets import Dataset, DatasetDict
 
 import flashspec_hf
-from flashspec_hf import eval_cli, evaluation
-from flashspec_hf.evaluation import OUTPUT_FILES, evaluate, markdown_table, summarize
-
-from .test_integration import tokenizer  # noqa: F401  (the word-level tokenizer fixture)
+from flashspec_hf import eval_cli
+from flashspec_hf.evaluation import report as evaluation_report
+from flashspec_hf.evaluation.report import OUTPUT_FILES, Evaluation, markdown_table, summarize
+from flashspec_hf.evaluation.run import evaluate
 
 NO_PROMPT_COLUMN = r"no prompt column 'prompt'; the dataset's columns are \['text', 'topic'\]: name the one"
 PROMPTS = ["w5 w17 w33 w8", "w40 w41 w42", "w9 w60 w3 w77 w12", "w20 w21"]
@@ -35,7 +36,7 @@ def _run_untouched(data, tmp_path, **kwargs):
         assert not out.exists(), "a failed evaluation left files behind"
 
 
-def test_evaluate_metrics_and_files(tmp_path, target, assistants, tokenizer):  # noqa: F811
+def test_evaluate_metrics_and_files(tmp_path, target, assistants, tokenizer):
     data = Dataset.from_dict({"text": PROMPTS + ["w30 w31 w32"], "category": ["x", "y", "x", "y", "x"]})
     out = tmp_path / "out"
     report = evaluate(target, tokenizer, assistants, data, prompt_column="text", num_prompts=2, max_new_tokens=8,
@@ -68,7 +69,7 @@ def test_evaluate_metrics_and_files(tmp_path, target, assistants, tokenizer):  #
     assert "| all | 4 |" in table and table.rstrip().endswith("| 4/4 |") and "differ" not in table
 
 
-def test_jsonl_without_category_is_one_category(tmp_path, target, assistants, tokenizer):  # noqa: F811
+def test_jsonl_without_category_is_one_category(tmp_path, target, assistants, tokenizer):
     path = tmp_path / "p.jsonl"
     path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS[:2]))
     report = flashspec_hf.evaluate(target, tokenizer, assistants, path, max_new_tokens=4, do_sample=True,
@@ -115,7 +116,11 @@ def test_bad_datasets_fail_before_any_model_or_file(tmp_path, data, kwargs, matc
         ("p.txt", "hello\n", {}, r"cannot tell the format.*data_format"),
         ("p.csv", "text,topic\nhi,a\n", {}, NO_PROMPT_COLUMN),
         ("p.jsonl", '{"prompt": "a"}\n', {"data_format": "xml"}, r"unknown data format 'xml'"),
-        ("p.jsonl", '{"prompt": "a"\n', {}, r"could not read .* as json"),
+        ("p.jsonl", '{"prompt": "a"\n', {}, r"p.jsonl line 1: not valid JSON \(Expecting ',' delimiter, column 15\)"),
+        ("p.json", '[{"prompt": "a"}, "b"]', {}, r"p.json item 2: a JSON string, not an object"),
+        ("p.csv", 'prompt,domain\na,b\n"c,d\n', {}, r"p.csv line 3: unexpected end of data"),
+        ("p.csv", "prompt,domain\na,b\n\nc,d,e\n", {}, r"p.csv line 4: 3 fields, the header has 2"),
+        ("p.jsonl", '{"prompt": "a"}\n', {"split": "test"}, r"could not read .* split 'test' \(ValueError: Unknown"),
     ],
 )
 def test_bad_files_fail_before_any_model_or_file(tmp_path, name, text, kwargs, match):
@@ -135,7 +140,7 @@ def test_missing_file_and_output_path_that_is_a_file(tmp_path):
     assert (tmp_path / "taken").read_text() == "keep"
 
 
-def test_a_run_that_fails_midway_writes_nothing(tmp_path, target, assistants, tokenizer):  # noqa: F811
+def test_a_run_that_fails_midway_writes_nothing(tmp_path, target, assistants, tokenizer):
     out = tmp_path / "out"
     # num_beams=2 passes the input checks and plain generate, then flashspec refuses it on the first prompt
     with pytest.raises(ValueError, match="num_beams"):
@@ -152,7 +157,7 @@ def test_writes_are_atomic(tmp_path, monkeypatch):
                 "arm_names": ["a"], "gamma": 4}]
     setup = {"target": "t", "device": "cpu", "dtype": "float32", "num_assistant_tokens": 4, "selector": "fixed",
              "max_new_tokens": 4, "do_sample": False, "torch": "x", "transformers": "y"}
-    report = evaluation.Evaluation(setup, summarize(results), results)
+    report = Evaluation(setup, summarize(results), results)
     out = tmp_path / "out"
     out.mkdir()
     (out / "results.json").write_text("previous")
@@ -160,18 +165,18 @@ def test_writes_are_atomic(tmp_path, monkeypatch):
     def broken_replace(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr(evaluation.os, "replace", broken_replace)
+    monkeypatch.setattr(evaluation_report.os, "replace", broken_replace)
     with pytest.raises(OSError, match="disk full"):
-        evaluation.write_outputs(report, out)
+        evaluation_report.write_outputs(report, out)
     assert [p.name for p in out.iterdir()] == ["results.json"]  # no temporary file left over
     assert (out / "results.json").read_text() == "previous"
 
     monkeypatch.undo()
-    monkeypatch.setattr(evaluation, "plot_png", lambda *a: 1 / 0)  # rendering fails: nothing is written at all
+    monkeypatch.setattr(evaluation_report, "plot_png", lambda *a: 1 / 0)  # rendering fails: nothing is written at all
     with pytest.raises(ZeroDivisionError):
-        evaluation.write_outputs(report, tmp_path / "fresh")
+        evaluation_report.write_outputs(report, tmp_path / "fresh")
     assert not (tmp_path / "fresh").exists()
-    assert set(evaluation.write_outputs(report, out, plot=False)) == set(OUTPUT_FILES) - {"plot.png"}
+    assert set(evaluation_report.write_outputs(report, out, plot=False)) == set(OUTPUT_FILES) - {"plot.png"}
     assert json.loads((out / "results.json").read_text())["summary"][0]["tau"] == 2.0
 
 
@@ -200,7 +205,7 @@ def _no_models(args):
         ("p.jsonl", "", [], r"empty file"),
         ("p.jsonl", '{"prompt": "a", "domain": "c"}\n', ["--category-column", "topic"], r"no category column 'topic'"),
         ("p.jsonl", '{"prompt": 5}\n', [], r"must hold strings"),
-        ("p.jsonl", '{"prompt": "a"}\n', ["--gamma", "0"], r"gamma must be a positive integer"),
+        ("p.jsonl", '{"prompt": "a"}\n{"prompt": "b"}\n{"prompt": "c"\n', [], r"p.jsonl line 3: not valid JSON"),
     ],
 )
 def test_cli_refuses_bad_input_before_loading_models(tmp_path, monkeypatch, capsys, name, text, extra, match):
@@ -208,10 +213,12 @@ def test_cli_refuses_bad_input_before_loading_models(tmp_path, monkeypatch, caps
     path = tmp_path / name
     path.write_text(text)
     out = tmp_path / "out"
-    with pytest.raises(SystemExit, match=match) as exit_info:
+    with pytest.raises(SystemExit) as exit_info:
         eval_cli.main(["--data-files", str(path), "--output-dir", str(out), *extra])
-    assert isinstance(exit_info.value.__cause__, ValueError) and not out.exists()
-    assert capsys.readouterr().out == ""
+    assert exit_info.value.code == 2 and isinstance(exit_info.value.__cause__, ValueError) and not out.exists()
+    captured = capsys.readouterr()
+    assert captured.out == "" and re.match(r"flashspec-eval: error: .*" + match, captured.err)
+    assert captured.err.count("\n") == 1  # one line, no traceback
 
 
 def test_cli_argument_errors(capsys):
@@ -224,7 +231,7 @@ def test_cli_argument_errors(capsys):
     assert eval_cli.parse_args([]).prompts_from == "builtin"
 
 
-def test_cli_on_a_csv_file(tmp_path, monkeypatch, capsys, target, assistants, tokenizer):  # noqa: F811
+def test_cli_on_a_csv_file(tmp_path, monkeypatch, capsys, target, assistants, tokenizer):
     monkeypatch.setattr(eval_cli, "load_models", lambda args: (target, tokenizer, assistants))
     path = tmp_path / "prompts.data"
     path.write_text("topic,text\n" + "".join(f"{'ab'[i % 2]},{p}\n" for i, p in enumerate(PROMPTS)))
@@ -264,15 +271,13 @@ def test_cli_on_the_real_target_with_builtin_prompts(tmp_path, capsys):
 
 def test_summary_alpha_uses_each_arms_own_gamma():
     """An arm with γ = 2 that accepted both drafts tested 2 tokens, not the largest γ's 4."""
-    from flashspec_hf.evaluation import summarize
-
     row = dict(domain="d", plain_new_tokens=6, plain_seconds=1.0, flash_new_tokens=6, flash_seconds=1.0,
                identical=True, arms=[0, 1], accepted=[2, 4], arm_names=["a@2", "a@4"], gamma=4, arm_gammas=[2, 4])
     (summary, _) = summarize([row])
     assert summary["alpha"] == {"a@2": 1.0, "a@4": 1.0}
 
 
-def test_a_selector_instance_learns_across_prompts(target, assistants, tokenizer):  # noqa: F811
+def test_a_selector_instance_learns_across_prompts(target, assistants, tokenizer):
     """A Selector passed in keeps its statistics from prompt to prompt (the CLIs' default); a name starts afresh."""
     data = Dataset.from_dict({"prompt": PROMPTS})
     selector = flashspec_hf.SELECTORS["cost_aware_discounted_thompson"]()

@@ -3,28 +3,12 @@
 
 import pytest
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import GenerationConfig, PreTrainedTokenizerFast, pipeline
+from transformers import GenerationConfig, pipeline
 from transformers.generation.streamers import BaseStreamer
 
 from flashspec_hf import FlashSpecStats, ThompsonSampling, UCB1
 
 from .conftest import assert_rows_equal_stock, left_padded, tiny_llama
-
-VOCAB = 97
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    """Word-level tokenizer: token i is the word ``w<i>``; 0 = <pad>, 1 = <s>, 2 = </s>; the last id is the word
-    StopStringCriteria uses as its probe prefix."""
-    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"w{i}": i for i in range(3, VOCAB - 1)}, "abcdef": VOCAB - 1}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
-    tok.padding_side = "left"
-    return tok
-
 
 PROMPT = "w5 w17 w33 w8 w90"
 

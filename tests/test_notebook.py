@@ -5,13 +5,12 @@ import pytest
 from nbclient import NotebookClient
 
 from .conftest import tiny_llama
-from .test_integration import tokenizer  # noqa: F401  (word-level tokenizer fixture)
 
 NOTEBOOK = "examples/colab_t4.ipynb"
 
 
 @pytest.mark.slow
-def test_colab_notebook_runs_with_local_stand_ins(tmp_path, tokenizer):  # noqa: F811
+def test_colab_notebook_runs_with_local_stand_ins(tmp_path, tokenizer):
     folders = []
     for i, model in enumerate([tiny_llama(layers=2, seed=0, peak=6.0), tiny_llama(layers=1, seed=1, peak=6.0),
                                tiny_llama(layers=1, vocab=101, seed=2, peak=6.0)]):

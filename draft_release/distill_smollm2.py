@@ -1,7 +1,7 @@
 """Distil assistants of SmolLM2-135M-Instruct on a GPU and measure their acceptance on held-out prompts.
 
-Run on the device by benchmarks/gpu_distill.sh (the GGUF, the gguf wheel and the corpus built by
-benchmarks/build_distill_corpus.py travel in .carry). Environment: ``VARIANTS`` (``LAYERSxWIDTH`` list, default
+Run on the device by draft_release/gpu_distill.sh (the GGUF, the gguf wheel and the corpus built by
+draft_release/build_distill_corpus.py travel in .carry). Environment: ``VARIANTS`` (``LAYERSxWIDTH`` list, default
 ``2x768``), ``DOMAINS`` (default ``chat,code,general``), ``DISTILL_STEPS``, ``NEW_TOKENS`` (tokens the target adds
 to each training prompt). The target's greedy continuations are cached in /tmp across calls of a warm machine.
 Writes to $OUT: ``results.json`` (training records and τ/α per evaluation domain, fp32 target, greedy, γ = 4,
@@ -21,8 +21,9 @@ import torch
 import transformers
 
 import flashspec_hf  # noqa: F401
-from flashspec_hf.distill import distill, load_compact, target_continuations
-from flashspec_hf.evaluation import acceptance
+from flashspec_hf.compact import load_compact
+from flashspec_hf.distill import distill, target_continuations
+from flashspec_hf.evaluation.run import acceptance
 from flashspec_hf.models import load_target
 
 STEPS = int(os.environ.get("DISTILL_STEPS", 4000))
@@ -77,7 +78,7 @@ for layers, width in VARIANTS:
     for domain in DOMAINS:
         name, tag = f"smollm2-{domain}", f"{layers}x{width}-{domain}"
         folder = Path(f"/tmp/drafts/{tag}")
-        shutil.rmtree(folder, ignore_errors=True)  # distill() would resume a checkpoint of another configuration
+        shutil.rmtree(folder, ignore_errors=True)  # distill() refuses a folder holding another configuration
         t0 = time.time()
         distill(target, tokenizer, texts[domain], folder, num_layers=layers, intermediate_size=width, vocab_size=8192,
                 steps=STEPS, batch_size=32, seq_len=256, lr=1e-3, top_k=64, progress=False,

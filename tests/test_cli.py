@@ -1,0 +1,144 @@
+"""flashspec-demo and flashspec-eval on bad input (the same one-line errors, before any model loads), on prompt files
+(the chat template by default, --raw-prompts), and the demo's table width."""
+
+import copy
+import json
+import re
+
+import pytest
+from datasets import Dataset
+
+from flashspec_hf import demo, eval_cli
+from flashspec_hf.evaluation.inputs import chat_formatted
+
+CLIS = {"flashspec-demo": (demo, "--prompts"), "flashspec-eval": (eval_cli, "--data-files")}
+TEMPLATE = ("{% for m in messages %}<s> w3 {{ m['content'] }} </s>{% endfor %}"
+            "{% if add_generation_prompt %} w4{% endif %}")
+"""A chat template for the word-level tokenizer: a user turn is ``<s> w3 CONTENT </s>``, the reply starts with w4."""
+
+
+def _no_models(args):
+    raise AssertionError("models loaded before the input was checked")
+
+
+def _refused(cli: str, argv: list[str], monkeypatch, capsys) -> str:
+    """Run a CLI that must refuse ``argv`` before loading any model; returns its one line on stderr."""
+    module, _ = CLIS[cli]
+    monkeypatch.setattr(module, "load_models", _no_models)
+    with pytest.raises(SystemExit) as exit_info:
+        module.main(argv)
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1, captured.err  # one line, no traceback
+    assert captured.err.startswith(f"{cli}: error: ")
+    return captured.err
+
+
+@pytest.mark.parametrize("cli", CLIS)
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--max-new-tokens", "0"], r"argument --max-new-tokens: must be at least 1, got 0 \(see .* --help\)"),
+        (["--num-prompts", "0"], r"argument --num-prompts: must be at least 1, got 0"),
+        (["--gamma", "two"], r"argument --gamma: 'two' is not a whole number"),
+        (["--do-sample", "--temperature", "0"], r"argument --temperature: must be above 0, got 0.0"),
+        (["--assistants", "early-exit", "--depths", "2,x"], r"argument --depths: give layer counts .* got '2,x'"),
+        (["--selector", "best"], r"argument --selector: invalid choice: 'best'"),
+        (["--num-prompts", "500"], r"--num-prompts 500: the built-in prompts have 164 per domain; ask for at most"),
+    ],
+)
+def test_bad_options_are_refused_in_one_line_before_any_model_loads(cli, argv, match, monkeypatch, capsys):
+    assert re.search(match, _refused(cli, argv, monkeypatch, capsys))
+
+
+@pytest.mark.parametrize("cli", CLIS)
+@pytest.mark.parametrize(
+    "name, text, match",
+    [
+        ("prompts.jsonl", '{"prompt": "a"}\n{"prompt": "b"}\n{"prompt": "c"\n',
+         r"prompts.jsonl line 3: not valid JSON \(Expecting ',' delimiter"),
+        ("prompts.jsonl", '{"prompt": "a"}\n["b"]\n', r"prompts.jsonl line 2: a JSON list, not an object"),
+        ("prompts.csv", "prompt,domain\na,b\nc, d,e\n", r"prompts.csv line 3: 3 fields, the header has 2"),
+        ("prompts.jsonl", '{"text": "a"}\n', r"no prompt column 'prompt'; the dataset's columns are \['text'\]"),
+        ("prompts.jsonl", "", r"empty file"),
+        ("prompts.jsonl", '{"prompt": 3}\n', r"column 'prompt' must hold strings"),
+        ("missing.jsonl", None, r"data files not found"),
+    ],
+)
+def test_bad_prompt_files_are_refused_in_one_line_naming_the_line(cli, name, text, match, tmp_path, monkeypatch,
+                                                                  capsys):
+    path = tmp_path / name
+    if text is not None:
+        path.write_text(text)
+    _, option = CLIS[cli]
+    assert re.search(match, _refused(cli, [option, str(path), "--max-new-tokens", "4"], monkeypatch, capsys))
+
+
+def test_chat_formatted_wraps_plain_prompts_only(tokenizer):
+    prompts = Dataset.from_dict({"prompt": ["w5 w6", "<s> w3 w7 </s> w4"], "domain": ["a", "b"]})
+    assert chat_formatted(prompts, tokenizer) == (prompts, 0)  # no chat template: a base model's tokenizer
+    chat = copy.deepcopy(tokenizer)
+    chat.chat_template = TEMPLATE
+    formatted, wrapped = chat_formatted(prompts, chat)
+    assert wrapped == 1 and formatted["prompt"] == ["<s> w3 w5 w6 </s> w4", "<s> w3 w7 </s> w4"]
+    assert formatted["domain"] == ["a", "b"]
+
+
+@pytest.mark.parametrize("cli", CLIS)
+@pytest.mark.parametrize("raw", [False, True])
+def test_file_prompts_get_the_chat_template_unless_raw(cli, raw, tmp_path, monkeypatch, capsys, target, assistants,
+                                                       tokenizer):
+    chat = copy.deepcopy(tokenizer)
+    chat.chat_template = TEMPLATE
+    module, option = CLIS[cli]
+    monkeypatch.setattr(module, "load_models", lambda args: (target, chat, assistants))
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"prompt": "w5 w6", "domain": "x"}) + "\n")
+    argv = [option, str(path), "--max-new-tokens", "4", *(["--raw-prompts"] if raw else [])]
+    if cli == "flashspec-eval":
+        module.main([*argv, "--output-dir", str(tmp_path / "out"), "--no-plot"])
+        results = json.loads((tmp_path / "out" / "results.json").read_text())
+        assert results["prompts"][0]["prompt"] == ("w5 w6" if raw else "<s> w3 w5 w6 </s> w4")
+        err = capsys.readouterr().err
+    else:
+        module.main([*argv, "--json"])
+        captured = capsys.readouterr()
+        results, err = json.loads(captured.out), captured.err  # the demo's JSON holds no prompt text
+    if raw:
+        assert results["setup"]["prompt_format"] == "as written (--raw-prompts)" and "chat template" not in err
+    else:
+        wrapped = "chat template for 1 of 1 (the others hold special tokens already)"
+        assert results["setup"]["prompt_format"] == wrapped
+        assert "1 of 1 prompts from" in err and "--raw-prompts sends them as written" in err
+
+
+def test_help_says_how_file_prompts_are_sent(capsys):
+    for module, _ in CLIS.values():
+        with pytest.raises(SystemExit):
+            module.parse_args(["--help"])
+        assert "--raw-prompts" in capsys.readouterr().out.replace("\n", " ")
+
+
+def test_the_demo_table_fits_a_terminal_with_every_figure():
+    arms = ["smollm2-chat", "smollm2-code", "smollm2-general", "prompt_lookup"]
+    rows = [
+        {"domain": domain, "prompts": 3, "plain_tok_s": 17.0 + i, "flashspec_tok_s": 27.3 + i, "speedup": 1.61 + i,
+         "tau": 3.03, "identical": 3, "alpha": {a: 0.1 * (j + 1) + i for j, a in enumerate(arms[:3])},
+         "arm_share": {a: 0.25 for a in arms}}
+        for i, domain in enumerate(["chat", "code", "all"])
+    ]
+    setup = {"target": "/root/.cache/flashspec_hf/SmolLM2-135M-Instruct", "device": "cpu", "dtype": "float32",
+             "num_assistant_tokens": 4, "selector": "cost_aware_discounted_thompson (one for all prompts)",
+             "max_new_tokens": 48, "torch": "2.13.0+cpu", "transformers": "5.24.0"}
+    for greedy in (True, False):
+        lines = demo.format_table(rows, setup, greedy=greedy).splitlines()
+        assert max(map(len, lines)) <= 100
+        table = [line.split() for line in lines[lines.index("") + 2:]]
+        assert len(table) == len(rows) * len(arms)  # one line per domain × arm
+        for i, row in enumerate(rows):
+            first = table[i * len(arms)]
+            assert first[:6] == [row["domain"], "3", f"{17.0 + i:.1f}", f"{27.3 + i:.1f}", f"{1.61 + i:.2f}x", "3.03"]
+            assert (first[6] == "3/3") == greedy
+            for j, arm in enumerate(arms):
+                alpha = "-" if arm == "prompt_lookup" else f"{0.1 * (j + 1) + i:.2f}"
+                assert table[i * len(arms) + j][-3:] == [arm, alpha, "25%"]
