@@ -1,5 +1,5 @@
 """The two backends of the one speculative step (:mod:`flashspec_hf.decoding`): how columns and caches are laid
-out, and whether forwards are CUDA graphs.
+out, and how steps are launched.
 
 - :class:`DynamicBackend` (the CPU's, and CUDA calls that need a feature the static one lacks): reads each step's
   report at once (one device-to-host copy per step), commits the batch's largest accepted count plus one column
@@ -7,33 +7,45 @@ out, and whether forwards are CUDA graphs.
   each step's counts run here: prefix-dependent processors and stopping criteria (rows grouped by length), the
   streamer, recorded scores, full-information selection.
 - :class:`StaticBackend` (``cache_implementation="static"``; CUDA's default when the call needs nothing it lacks):
-  commits ``γ + 1`` columns every step (rejected drafts stay as masked holes), so column counts are known on the
-  host without reading the device; no cache is ever cropped; the forwards of the steady state (target
-  ``[B, γ + 1]``, drafting model ``[B, 2]`` then ``[B, 1]``) are CUDA graphs on the GPU; reports are read up to
-  ``MAX_IN_FLIGHT`` steps late, so a step enqueues without any synchronisation. Finished rows emit nothing, so the
-  steps queued after the last row finished cost time but change no output.
+  commits ``γ + 1`` columns every step (rejected drafts stay as masked holes); every offset lives on the device and
+  every draft model is kept current, so a step has fixed shapes and addresses. On CUDA (every model on one GPU) the
+  whole step of each arm, drafting, verification and commit included, is captured once as a CUDA graph and
+  replayed: a step is one launch, the target's forwards inside it compiled by inductor. The state a step touches
+  (columns, sequences, caches, limits) is kept on the target between calls of the same set-up, so later calls
+  replay the graphs the first one captured. Reports are read ``MAX_IN_FLIGHT`` steps late, so a step enqueues
+  without any synchronisation. Finished rows emit nothing, so the steps queued after the last row finished cost
+  time but change no output.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Callable
 
 import torch
 from transformers import PreTrainedModel
 
+from .buffers import Buffers
 from .columns import Columns
 from .reports import Report
-from .runners import DynamicRunner, Runner, StaticRunner, has_standard_static_layers
+from .runners import DynamicRunner, Runner, StaticRunner, has_standard_static_layers, on_one_gpu
 
 MAX_IN_FLIGHT = 3
 """Steps the static backend lets the host queue ahead of the GPU before it waits for the oldest."""
 
 CAPACITY_STEP = 1024
-"""Static cache capacities are rounded up to a multiple of this, so calls share kept caches and graphs."""
+"""Static capacities are rounded up to a multiple of this on CUDA, so calls share kept sessions and graphs."""
+
+KEPT_SESSIONS = 4
+"""Static sessions (state, caches, step graphs) kept per target model, least recently used dropped first."""
+
+EAGER_USES = 1
+"""Steps an arm runs eagerly in a static session before its step is captured (compilation happens there)."""
 
 
 class Backend(ABC):
-    """Layout and runners of one call.
+    """Layout, runners and step launching of one call.
 
     Args:
         batch_size: ``B``; vocab_size: the target's ``V``; gammas: the arms' distinct γ; device: where the call's
@@ -45,25 +57,35 @@ class Backend(ABC):
 
     def __init__(self, batch_size: int, vocab_size: int, gammas: list[int], device: torch.device):
         self.batch_size, self.vocab_size, self.gammas, self.device = batch_size, vocab_size, gammas, device
-        self.runners: list[Runner] = []
+        self.buffers = Buffers(device)
 
     def capacity(self, prompt_length: int, max_new_tokens: int) -> int:
-        """Columns a call can need: the prompt, at most ``max_new_tokens`` steps of ``γ + 1``, one pending column."""
-        return prompt_length + 1 + max_new_tokens * (max(self.gammas) + 1)
+        """Columns a call can need: a lead column, the prompt, at most ``max_new_tokens`` steps of ``γ + 1`` and one
+        step's drafts."""
+        return 1 + prompt_length + (max_new_tokens + 1) * (max(self.gammas) + 1)
 
     @abstractmethod
-    def target_runner(self, model: PreTrainedModel, capacity: int) -> Runner:
-        """The target's runner over ``capacity`` columns."""
+    def columns(self, input_ids, attention_mask, capacity: int, max_new_tokens: int) -> Columns:
+        """The call's columns, holding the prompt."""
 
     @abstractmethod
-    def draft_runner(self, model: PreTrainedModel, capacity: int) -> Runner:
-        """A draft model's runner over ``capacity`` columns."""
+    def target_runner(self, model: PreTrainedModel, columns: Columns) -> Runner:
+        """The target's runner, with the prompt fed up to its pending column."""
 
     @abstractmethod
-    def commit(self, columns: Columns, output: torch.Tensor, num_accepted: torch.Tensor, gamma: int, report: Report | None) -> None:
+    def draft_runner(self, model: PreTrainedModel, columns: Columns) -> Runner:
+        """A draft model's runner (fed as far as the backend keeps draft models)."""
+
+    def step(self, arm: int, run_step: Callable):
+        """Launch one step of ``arm``: ``run_step(arm)`` enqueues it (and the static backend's commit)."""
+        return run_step(arm)
+
+    @abstractmethod
+    def commit(self, columns: Columns, output: torch.Tensor, num_accepted: torch.Tensor, gamma: int,
+               report: Report | None) -> None:
         """Append the verified step to ``columns`` (``output`` int64 ``[B, γ + 1]``, ``num_accepted`` int64
-        ``[B]``) and bring every runner back to the committed columns; ``report`` is the step's own report when
-        :attr:`in_flight` is 0."""
+        ``[B]``) and bring every runner back to the committed columns, after the step's report was read (``report``
+        is that step's when :attr:`in_flight` is 0). The static backend commits inside the step instead."""
 
 
 class DynamicBackend(Backend):
@@ -75,11 +97,21 @@ class DynamicBackend(Backend):
 
     in_flight = 0
 
-    def target_runner(self, model: PreTrainedModel, capacity: int) -> Runner:
-        return self._runner(model)
+    def __init__(self, batch_size: int, vocab_size: int, gammas: list[int], device: torch.device):
+        super().__init__(batch_size, vocab_size, gammas, device)
+        self.runners: list[DynamicRunner] = []
 
-    def draft_runner(self, model: PreTrainedModel, capacity: int) -> Runner:
-        return self._runner(model)
+    def columns(self, input_ids, attention_mask, capacity, max_new_tokens) -> Columns:
+        return Columns(input_ids, attention_mask, capacity, max_new_tokens, self.buffers)
+
+    def target_runner(self, model: PreTrainedModel, columns: Columns) -> Runner:
+        runner = self._runner(model)
+        if columns.host_length > 1:
+            runner.forward(columns, columns.host_length - 1, keep=1)  # the pending column is read with the drafts
+        return runner
+
+    def draft_runner(self, model: PreTrainedModel, columns: Columns) -> Runner:
+        return self._runner(model)  # catches up when it first drafts
 
     def _runner(self, model: PreTrainedModel) -> DynamicRunner:
         runner = DynamicRunner(model, self.vocab_size)
@@ -92,45 +124,97 @@ class DynamicBackend(Backend):
         most = max(report.accepted)
         columns.commit(output, num_accepted, most + 1, holes=min(report.accepted) < most)
         for runner in self.runners:
-            runner.rewind(columns.length - 1)  # the new pending column is unseen
+            runner.rewind(columns.host_length - 1)  # the new pending column is unseen
+
+
+class StaticSession:
+    """What a static call's steps touch, kept on the target between calls of one set-up: state buffers, runners and
+    the captured step of each arm."""
+
+    def __init__(self, device: torch.device):
+        self.buffers = Buffers(device, keep=True)
+        self.runners: dict[object, StaticRunner] = {}  # "target" or id(draft model) -> runner
+        self.graphs: dict[int, tuple] = {}  # arm -> (CUDA graph, the step's outputs)
+        self.uses = Counter()  # arm -> steps launched
+        self.pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None
 
 
 class StaticBackend(Backend):
-    """Static caches, ``γ + 1`` columns per step, CUDA graphs for the steady-state shapes
-    (:class:`~flashspec_hf.runners.StaticRunner`). On CUDA the caches have a :data:`CAPACITY_STEP`-rounded
-    capacity and are kept on the models with their graphs; elsewhere they are allocated per call, exactly as large
-    as the call needs.
+    """Static caches, ``γ + 1`` columns per step, device-side offsets, whole-step CUDA graphs (module docstring).
 
     Args:
-        compile_options: ``torch.compile`` arguments for the target's captured forwards (CUDA only), or None for
-            the eager forward (``generate(..., disable_compile=True)``).
+        target: the target model (sessions are kept on it).
+        set_up: what a captured step depends on besides the tensors it reads (arms, processors' settings, EOS
+            count, …): the session key, with the batch size and capacity.
+        compile_options: ``torch.compile`` arguments for the target's forwards inside steps (CUDA only), or None
+            for the eager forward (``generate(..., disable_compile=True)``).
     """
 
     in_flight = MAX_IN_FLIGHT
 
     def __init__(self, batch_size: int, vocab_size: int, gammas: list[int], device: torch.device,
-                 compile_options: dict | None = None):
+                 target: PreTrainedModel, set_up: tuple, compile_options: dict | None = None):
         super().__init__(batch_size, vocab_size, gammas, device)
-        self.compile_options = compile_options if device.type == "cuda" else None
+        self.cuda = device.type == "cuda"
+        self.target, self.set_up = target, set_up
+        self.compile_options = compile_options if self.cuda else None
+        self.session: StaticSession | None = None
 
     def capacity(self, prompt_length: int, max_new_tokens: int) -> int:
         needed = super().capacity(prompt_length, max_new_tokens)
-        return -(-needed // CAPACITY_STEP) * CAPACITY_STEP if self.device.type == "cuda" else needed
+        return -(-needed // CAPACITY_STEP) * CAPACITY_STEP if self.cuda else needed
 
-    def target_runner(self, model: PreTrainedModel, capacity: int) -> Runner:
-        shapes = {(g + 1, g + 1) for g in self.gammas}  # the pending token and γ drafts, all logits kept
-        return self._runner(model, capacity, shapes, self.compile_options)
+    def columns(self, input_ids, attention_mask, capacity, max_new_tokens) -> Columns:
+        self.session = _kept_session(self.target, (self.batch_size, capacity, *self.set_up), self.device)
+        self.buffers = self.session.buffers
+        lead = 2 - input_ids.shape[1] if input_ids.shape[1] < 2 else 0  # draft models stay two columns behind
+        return Columns(input_ids, attention_mask, capacity, max_new_tokens, self.buffers, track_host_length=False,
+                       lead=lead)
 
-    def draft_runner(self, model: PreTrainedModel, capacity: int) -> Runner:
-        return self._runner(model, capacity, {(2, 1), (1, 1)})  # last draft + pending; then one draft at a time
+    def target_runner(self, model: PreTrainedModel, columns: Columns) -> Runner:
+        runner = self._runner("target", model, columns, self.compile_options)
+        runner.prefill(columns, columns.start_length - 1)  # the pending column is read with the drafts
+        return runner
 
-    def _runner(self, model, capacity: int, graph_shapes: set[tuple[int, int]], compile_options=None) -> StaticRunner:
-        if self.device.type != "cuda":
-            return StaticRunner(model, self.vocab_size, capacity, graph_shapes)
-        return StaticRunner.for_model(model, self.vocab_size, capacity, graph_shapes, self.batch_size, compile_options)
+    def draft_runner(self, model: PreTrainedModel, columns: Columns) -> Runner:
+        runner = self._runner(f"draft {len(self.session.runners)}", model, columns, None)
+        runner.prefill(columns, columns.start_length - 2)  # draft models stay two columns behind
+        return runner
+
+    def _runner(self, key: str, model, columns: Columns, compile_options) -> StaticRunner:
+        if key not in self.session.runners:
+            self.session.runners[key] = StaticRunner(model, self.vocab_size, columns.capacity, self.device,
+                                                     compile_options)
+        return self.session.runners[key]
+
+    @property
+    def graphed(self) -> bool:
+        """Whether steps are captured: on CUDA, with every model on one GPU."""
+        return self.cuda and all(on_one_gpu(r.model) for r in self.session.runners.values())
+
+    def step(self, arm: int, run_step: Callable):
+        """Eager for an arm's first :data:`EAGER_USES` steps of the session (or everywhere off CUDA), then captured
+        once as a CUDA graph and replayed."""
+        session = self.session
+        session.uses[arm] += 1
+        if not self.graphed or session.uses[arm] <= EAGER_USES:
+            return run_step(arm)
+        if arm not in session.graphs:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=session.pool):
+                outputs = run_step(arm)
+            session.graphs[arm] = (graph, outputs)
+        graph, outputs = session.graphs[arm]
+        graph.replay()
+        return outputs
 
     def commit(self, columns, output, num_accepted, gamma, report) -> None:
-        columns.commit(output, num_accepted, gamma + 1)  # every runner has seen at most these columns
+        """Nothing after the report: the step committed itself (:meth:`commit_in_step`)."""
+
+    @staticmethod
+    def commit_in_step(columns: Columns, output: torch.Tensor, num_accepted: torch.Tensor, gamma: int) -> None:
+        """The step's own commit: ``γ + 1`` columns, no host knowledge needed (captured with the step)."""
+        columns.commit(output, num_accepted, gamma + 1)
 
     @staticmethod
     def unsupported(models: list[PreTrainedModel], contextual: bool, criteria: bool, streamer, recording: bool,
@@ -147,3 +231,25 @@ class StaticBackend(Backend):
             ),
         }
         return next((what for what, present in problems.items() if present), None)
+
+
+def _kept_session(target: PreTrainedModel, key: tuple, device: torch.device) -> StaticSession:
+    """The static session kept on ``target`` for ``key`` (new if none; least recently used dropped beyond
+    :data:`KEPT_SESSIONS`). All are dropped when the target's parameters change (new tensors, dtype or device),
+    since a graph replays the memory it captured."""
+    fingerprint = tuple((p.data_ptr(), p.dtype, p.device) for p in target.parameters())
+    if target.__dict__.get("_flashspec_static_fingerprint") != fingerprint:
+        clear_static_sessions(target)
+        target.__dict__["_flashspec_static_fingerprint"] = fingerprint
+    sessions = target.__dict__.setdefault("_flashspec_static_sessions", {})
+    session = sessions.pop(key, None) or StaticSession(device)
+    sessions[key] = session  # most recently used last
+    while len(sessions) > KEPT_SESSIONS:
+        sessions.pop(next(iter(sessions)))
+    return session
+
+
+def clear_static_sessions(model: PreTrainedModel) -> None:
+    """Free the static state, caches and CUDA graphs flashspec keeps on ``model`` (rebuilt when needed)."""
+    model.__dict__.pop("_flashspec_static_sessions", None)
+    model.__dict__.pop("_flashspec_static_fingerprint", None)

@@ -55,8 +55,7 @@ def _calibrate(target: Runner, sources: list[DraftSource], arms: list[tuple[int,
 def forward_seconds(runner: Runner, columns: Columns, width: int, keep: int) -> float:
     """Median seconds of ``runner``'s forward over ``width`` columns from where it stands, keeping ``keep`` logits
     (synchronised timing; the runner is rewound after each)."""
-    seen = runner.seen
-    width = min(width, columns.capacity - seen)
+    seen = runner.seen if isinstance(runner.seen, int) else runner.seen.clone()
     times = []
     for repeat in range(REPEATS + 2):
         _synchronize()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -37,7 +38,7 @@ from .runners import Runner
 from .selection import Selector, make_selector
 from .sequences import Groups, Sequences
 from .stats import FlashSpecStats
-from .stopping import Stopping
+from .stopping import Stopping, eos_ids, other_criteria
 from .verification import verify
 
 _step_guard = contextlib.nullcontext  # wraps each step's enqueueing; the GPU test makes it forbid synchronisation
@@ -71,8 +72,9 @@ class Run:
     stopping: Stopping
     reports: StepReports
     recorder: Recorder
-    finished: torch.Tensor  # bool [B]
+    finished: torch.Tensor  # bool [B], updated in place
     groups: Groups  # rows by tokens generated (kept current only when processors or criteria need them)
+    commit_in_step: Callable | None  # the static backend's commit, part of the step (None: after the report)
 
     @property
     def columns(self) -> Columns:
@@ -84,20 +86,26 @@ class Run:
 
 
 def speculative_step(run: Run, arm: int) -> Step:
-    """Enqueue one speculative step with ``arm`` (module docstring, items 1–6 but the columns' commit)."""
+    """Enqueue one speculative step with ``arm`` (module docstring, items 1–6; the commit too when the backend
+    commits inside the step). State is updated in place, so a captured step replays correctly."""
     source, gamma = run.arms[arm]
     drafts, draft_scores = run.sources[source].propose(run.ctx, gamma)  # [B, γ], [B, γ, V] | None
+    for other in run.sources[:source] + run.sources[source + 1 :]:
+        other.keep_current(run.ctx, gamma)
     logits = run.target.forward(run.columns, gamma + 1, keep=gamma + 1).to(drafts.device)  # [B, γ+1, V]
     target_scores = run.processing.target(logits, run.sequences, run.groups, drafts)  # [B, γ+1, V]
     output, num_accepted = verify(target_scores, drafts, draft_scores)  # [B, γ+1], [B]
     output = output.masked_fill(output == PLACEHOLDER_TOKEN_ID, run.sequences.pad_token_id)
-    was_finished = run.finished
-    num_emitted, run.finished = run.stopping.cut(output, num_accepted, target_scores, was_finished, run.sequences, run.groups)
+    was_finished = run.finished.clone()  # [B]
+    num_emitted, finished = run.stopping.cut(output, num_accepted, target_scores, was_finished, run.sequences, run.groups)
+    run.finished.copy_(finished)
     num_new_before = run.sequences.num_new.clone() if run.reports.selector.full_information else None  # [B]
     run.sequences.append(output, num_emitted)
     if run.recorder.active:
         run.recorder.add(target_scores, logits, num_emitted)
-    return Step(arm, gamma, output, num_accepted, num_emitted, was_finished, run.finished, num_new_before)
+    if run.commit_in_step is not None:
+        run.commit_in_step(run.columns, output, num_accepted, gamma)
+    return Step(arm, gamma, output, num_accepted, num_emitted, was_finished, finished, num_new_before)
 
 
 def decode(run: Run, backend: Backend, streamer=None) -> None:
@@ -110,7 +118,7 @@ def decode(run: Run, backend: Backend, streamer=None) -> None:
     for _ in range(run.stopping.max_new_tokens):
         arm, start = run.reports.choose()
         with _step_guard():  # enqueues the whole step; nothing here waits for the device
-            step = speculative_step(run, arm)
+            step = backend.step(arm, lambda a: speculative_step(run, a))
             run.reports.add(arm, step.gamma, start, step.num_accepted, step.num_emitted, step.was_finished, step.finished)
         done = run.reports.read(backend.in_flight)
         backend.commit(run.columns, step.output, step.num_accepted, step.gamma, run.reports.last)
@@ -187,21 +195,20 @@ def speculative_decode(
     selector.ensure(len(arms), [g for _, g in arms])
     vocab_size = model.config.get_text_config().vocab_size
     processing = LogitsProcessing(logits_processor)
-    stopping = Stopping(stopping_criteria, generation_config.max_length, prompt_length, device)
     recorder = Recorder(generation_config)
-    models = [model] + [a for a in assistants if isinstance(a, PreTrainedModel)]
-    if _use_static(static, device, models, processing, stopping, streamer, recorder, selector):
-        backend = StaticBackend(batch_size, vocab_size, sorted({g for _, g in arms}), device, _compile_options(generation_config))
-    else:
-        backend = DynamicBackend(batch_size, vocab_size, sorted({g for _, g in arms}), device)
-
-    capacity = backend.capacity(prompt_length, stopping.max_new_tokens)
-    columns = Columns(input_ids, attention_mask, capacity, stopping.max_new_tokens)
     pad = generation_config._pad_token_tensor
-    sequences = Sequences(input_ids, stopping.max_new_tokens, max(gammas), int(pad) if pad is not None else 0)
-    target = backend.target_runner(model, capacity)
+    pad_token_id = int(pad) if pad is not None else 0
+    backend = _backend(
+        static, model, assistants, arms, processing, stopping_criteria, streamer, recorder, selector,
+        generation_config, pad_token_id, batch_size, vocab_size, device,
+    )
+    stopping = Stopping(stopping_criteria, generation_config.max_length, prompt_length, backend.buffers)
+    capacity = backend.capacity(prompt_length, stopping.max_new_tokens)
+    columns = backend.columns(input_ids, attention_mask, capacity, stopping.max_new_tokens)
+    sequences = Sequences(input_ids, capacity, pad_token_id, backend.buffers)
+    target = backend.target_runner(model, columns)
     sources = [
-        a if isinstance(a, DraftSource) else ModelDrafts(backend.draft_runner(a, capacity), vocab_size)
+        a if isinstance(a, DraftSource) else ModelDrafts(backend.draft_runner(a, columns), vocab_size)
         for a in assistants
     ]
     names = _arm_names(sources, arms, several_gammas=len(gammas) > 1)
@@ -220,11 +227,10 @@ def speculative_decode(
         stopping=stopping,
         reports=StepReports(selector, stats, sequences, device),
         recorder=recorder,
-        finished=torch.zeros(batch_size, dtype=torch.bool, device=device),
+        finished=backend.buffers.full("finished", (batch_size,), False, torch.bool),
         groups=groups,
+        commit_in_step=StaticBackend.commit_in_step if isinstance(backend, StaticBackend) else None,
     )
-    if prompt_length > 1:
-        target.forward(columns, prompt_length - 1, keep=1)  # prefill; the pending column is read with the drafts
     if selector.cost_aware:
         selector.set_costs(arm_costs(target, sources, arms, columns, type(backend).__name__))
     stats.setup_seconds = time.perf_counter() - start
@@ -238,7 +244,29 @@ def speculative_decode(
     return recorder.output(sequences.result())
 
 
-def _use_static(static: bool | None, device: torch.device, models, processing, stopping, streamer, recorder,
+def _backend(static, model, assistants, arms, processing, stopping_criteria, streamer, recorder, selector,
+             generation_config, pad_token_id, batch_size, vocab_size, device) -> Backend:
+    """The call's backend: static when asked or, with ``static=None``, on CUDA when the call needs nothing it lacks.
+
+    Raises:
+        ValueError: ``static=True`` with a feature the static backend does not support.
+    """
+    gammas = sorted({g for _, g in arms})
+    models = [model] + [a for a in assistants if isinstance(a, PreTrainedModel)]
+    criteria = other_criteria(stopping_criteria)
+    if not _use_static(static, device, models, processing, criteria, streamer, recorder, selector):
+        return DynamicBackend(batch_size, vocab_size, gammas, device)
+    # what a captured step depends on besides the tensors it reads: the session key
+    sources = tuple((type(a).__name__, id(a), repr(vars(a)) if isinstance(a, DraftSource) else "") for a in assistants)
+    warpers = tuple((type(w).__name__, repr(vars(w))) for w in processing.warpers)
+    eos = eos_ids(stopping_criteria)
+    compile_options = _compile_options(generation_config)
+    set_up = (sources, tuple(arms), warpers, generation_config.do_sample, pad_token_id,
+              None if eos is None else eos.numel(), repr(compile_options))
+    return StaticBackend(batch_size, vocab_size, gammas, device, model, set_up, compile_options)
+
+
+def _use_static(static: bool | None, device: torch.device, models, processing, criteria, streamer, recorder,
                 selector) -> bool:
     """Whether the call runs on the static backend: when asked (``static=True``), or, with ``static=None``, on CUDA
     when the call needs nothing it lacks.
@@ -249,8 +277,7 @@ def _use_static(static: bool | None, device: torch.device, models, processing, s
     if static is False or (static is None and device.type != "cuda"):
         return False
     unsupported = StaticBackend.unsupported(
-        models, bool(processing.contextual), bool(stopping.criteria), streamer, recorder.active,
-        selector.full_information,
+        models, bool(processing.contextual), bool(criteria), streamer, recorder.active, selector.full_information
     )
     if static and unsupported:
         raise ValueError(

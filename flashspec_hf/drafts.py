@@ -71,14 +71,15 @@ class DraftSource(ABC):
             int64 ``[B, width]``; only positions up to each row's accepted count are meaningful.
         """
 
-    def rewind(self, length: int) -> None:
-        """Forget cached columns from ``length`` on (sources without a cache ignore it)."""
+    def keep_current(self, ctx: DraftContext, gamma: int) -> None:
+        """Called on a step that another source drafted (``gamma`` drafts now at columns ``[T, T + γ)``); sources
+        without a cache ignore it."""
 
 
 class ModelDrafts(DraftSource):
     """Drafts from a draft model: one forward that catches up on the columns it has not seen (ending with the
-    pending column), then one per further draft token, each token drawn from the draft scores ``q`` (generate's
-    processors applied once).
+    pending column, :meth:`~flashspec_hf.runners.Runner.catch_up`), then one per further draft token, each token
+    drawn from the draft scores ``q`` (generate's processors applied once).
 
     Args:
         runner: the draft model's runner; its model is a causal LM with the target's tokenizer (its vocabulary may
@@ -94,7 +95,7 @@ class ModelDrafts(DraftSource):
 
     def propose(self, ctx: DraftContext, gamma: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         columns = ctx.columns
-        logits = self.runner.forward(columns, columns.length - self.runner.seen, keep=1)  # [B, 1, V_draft]
+        logits = self.runner.catch_up(columns)  # [B, 1, V_draft]
         drafts = columns.tokens[:, :0]  # [B, i] drawn so far
         scores = []
         for i in range(gamma):
@@ -108,13 +109,13 @@ class ModelDrafts(DraftSource):
         return drafts, torch.cat(scores, dim=1) if ctx.do_sample else None  # [B, γ], [B, γ, V]
 
     def predict(self, ctx: DraftContext, num_new_before: torch.Tensor, width: int) -> torch.Tensor:
-        # the pending column stays unseen: the next draft forward needs one input column
-        unseen = ctx.columns.length - 1 - self.runner.seen
+        # the pending column stays unseen: the next draft forward needs one input column (dynamic runners only)
+        unseen = ctx.columns.host_length - 1 - self.runner.seen
         logits = self.runner.forward(ctx.columns, unseen, keep=width)  # [B, width, V_draft]
         return self.fit(logits).argmax(dim=-1).to(ctx.columns.tokens.device)  # [B, width]
 
-    def rewind(self, length: int) -> None:
-        self.runner.rewind(length)
+    def keep_current(self, ctx: DraftContext, gamma: int) -> None:
+        self.runner.keep_current(ctx.columns, gamma)
 
     def fit(self, logits: torch.Tensor) -> torch.Tensor:
         """Draft logits on the target's vocabulary, ``[..., V]``; tokens the draft cannot propose get ``-inf``.
@@ -157,7 +158,7 @@ class PromptLookup(DraftSource):
 
     def propose(self, ctx: DraftContext, gamma: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         seq = ctx.sequences
-        drafts = self._lookup(seq.buffer, seq.prompt_length + seq.num_new, gamma)  # [B, γ]
+        drafts = self._lookup(seq.buffer, seq.prompt_end + seq.num_new, gamma)  # [B, γ]
         ctx.columns.write_drafts(drafts)
         if not ctx.do_sample:
             return drafts, None
@@ -165,7 +166,7 @@ class PromptLookup(DraftSource):
         return drafts, q.scatter_(-1, drafts.unsqueeze(-1), 0.0)
 
     def predict(self, ctx: DraftContext, num_new_before: torch.Tensor, width: int) -> torch.Tensor:
-        ends = ctx.sequences.prompt_length + num_new_before  # [B]
+        ends = ctx.sequences.prompt_end + num_new_before  # [B]
         return torch.cat([self._lookup(ctx.sequences.buffer, ends + i, 1) for i in range(width)], dim=1)
 
     def _lookup(self, buffer: torch.Tensor, ends: torch.Tensor, gamma: int) -> torch.Tensor:

@@ -1,17 +1,19 @@
 """Model runners: one model (the target or a draft) over the shared columns, with its own KV cache.
 
-A runner feeds columns ``[seen, seen + width)`` of :class:`~flashspec_hf.columns.Columns` and returns the logits
-of the last ``keep`` of them; :meth:`Runner.rewind` forgets the columns from a given one on. Two kinds:
+A runner feeds the next ``width`` columns of :class:`~flashspec_hf.columns.Columns` after the ``seen`` ones and
+returns the logits of the last ``keep`` of them. A draft model *catches up* before it drafts (feeds what it has
+not seen, up to the pending column) and, where the backend asks for it, is *kept current* on the steps it did not
+draft. Two kinds:
 
-- :class:`DynamicRunner`: a ``DynamicCache`` that grows with the columns and is cropped on rewind; the model
-  builds its own causal mask from a 2D padding mask (or none), so sliding-window layers work;
-- :class:`StaticRunner`: a ``StaticCache`` of ``N`` columns, a 4D mask over all of them, and on CUDA every
-  forward of a shape listed at construction captured once as a CUDA graph and replayed; the captured forward can be
-  compiled by ``torch.compile`` first (inductor without its own CUDA graphs: ours capture its kernels), so a graph
-  replays fused kernels. Runners are kept on the model between calls (per batch size, capacity, shapes and
-  compilation), so repeated calls capture nothing; they are dropped when the model's parameters change (new
-  tensors, dtype or device), since a graph replays the memory it captured. The compiled forward is kept on the
-  model too: compilation happens once per model and shape family, not per call.
+- :class:`DynamicRunner`: ``seen`` on the host, a ``DynamicCache`` that grows with the columns and is cropped on
+  rewind; the model builds its own causal mask from a 2D padding mask (or none), so sliding-window layers work.
+  A draft model catches up lazily: one forward over everything it missed.
+- :class:`StaticRunner`: ``seen`` on the device and a ``StaticCache`` of ``N`` columns with a 4D mask over all of
+  them, so every forward of a step has a fixed shape and a fixed address: the whole step can be captured as one
+  CUDA graph. Every draft model is kept two columns behind the committed length after every step (its catch-up is
+  always two columns wide). Its forwards can be compiled by ``torch.compile`` (inductor without its own CUDA
+  graphs: the step's graph captures its kernels); the compiled forward is kept on the model, so compilation
+  happens once per model and shape family.
 """
 
 from __future__ import annotations
@@ -30,9 +32,6 @@ from .columns import Columns
 SLIDING_WINDOW_MIN_VERSION = Version("5.24")
 """Oldest transformers verified to crop a full sliding-window cache correctly (5.17 returns one key too many)."""
 
-KEPT_RUNNERS = 4
-"""Static runners (cache + graphs) kept per model, least recently used dropped first."""
-
 
 class Runner:
     """One model over a prefix of the columns (``seen`` of them).
@@ -43,9 +42,10 @@ class Runner:
             vocabulary) are fed as token 0 (its logits for them are ``-inf``-padded anyway).
     """
 
+    seen: int | torch.Tensor
+
     def __init__(self, model: PreTrainedModel, vocab_size: int):
         self.model = model
-        self.seen = 0
         embeddings = model.get_input_embeddings().num_embeddings
         self.max_token = embeddings - 1 if embeddings < vocab_size else None
         self.cache_kwarg = _cache_kwarg(type(model))
@@ -53,18 +53,25 @@ class Runner:
     def forward(self, columns: Columns, width: int, keep: int) -> torch.Tensor:
         """Feed columns ``[seen, seen + width)``; logits ``[B, keep, V_model]`` (model dtype, model device) of the
         last ``keep`` of them. Afterwards ``seen`` is ``width`` larger."""
-        start = self.seen
-        ids = columns.tokens[:, start : start + width]  # [B, w]
+        ids, positions = columns.read(self.seen, width)  # [B, w] each
         if self.max_token is not None:
             ids = ids.masked_fill(ids > self.max_token, 0)
-        positions = columns.positions[:, start : start + width]  # [B, w]
+        logits = self._forward(columns, ids, positions, keep)
         self.seen += width
-        return self._forward(columns, ids, positions, start, keep)
+        return logits
 
-    def rewind(self, length: int) -> None:
+    def catch_up(self, columns: Columns) -> torch.Tensor:
+        """Feed the columns not seen yet, up to the pending one; logits ``[B, 1, V_model]`` of the pending one."""
+        raise NotImplementedError
+
+    def keep_current(self, columns: Columns, gamma: int) -> None:
+        """Called on a step that another source drafted (``gamma`` drafts at columns ``[T, T + γ)``)."""
+
+    def rewind(self, length: int | torch.Tensor) -> None:
         """Forget the columns from ``length`` on (no-op if ``seen <= length``)."""
+        raise NotImplementedError
 
-    def _forward(self, columns, ids, positions, start, keep) -> torch.Tensor:
+    def _forward(self, columns, ids, positions, keep) -> torch.Tensor:
         raise NotImplementedError
 
     def _call(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, cache, keep: int, call=None):
@@ -84,7 +91,7 @@ class Runner:
 
 class DynamicRunner(Runner):
     """A runner over a ``DynamicCache``, cropped on rewind (transformers' past recording makes sliding-window and
-    linear-attention layers croppable).
+    linear-attention layers croppable); ``seen`` is a host int.
 
     Raises:
         NotImplementedError: sliding-window layers on transformers older than :data:`SLIDING_WINDOW_MIN_VERSION`.
@@ -92,6 +99,7 @@ class DynamicRunner(Runner):
 
     def __init__(self, model: PreTrainedModel, vocab_size: int):
         super().__init__(model, vocab_size)
+        self.seen = 0
         self.cache = DynamicCache(config=model.config)
         if any(self.cache.is_sliding) and Version(transformers.__version__) < SLIDING_WINDOW_MIN_VERSION:
             raise NotImplementedError(
@@ -110,107 +118,66 @@ class DynamicRunner(Runner):
                 "batch size 1 only (ragged acceptance leaves holes in the cache)"
             )
 
-    def rewind(self, length: int) -> None:
+    def catch_up(self, columns: Columns) -> torch.Tensor:
+        return self.forward(columns, columns.host_length - self.seen, keep=1)
+
+    def rewind(self, length: int | torch.Tensor) -> None:
+        length = int(length)
         if self.seen > length:
             self.cache.crop(length - self.seen)  # negative: number of columns to remove
             self.seen = length
 
-    def _forward(self, columns, ids, positions, start, keep) -> torch.Tensor:
-        return self._call(ids, positions, columns.attention_mask_2d(start + ids.shape[1]), self.cache, keep)
+    def _forward(self, columns, ids, positions, keep) -> torch.Tensor:
+        return self._call(ids, positions, columns.attention_mask_2d(self.seen + ids.shape[1]), self.cache, keep)
 
 
 class StaticRunner(Runner):
-    """A runner over a ``StaticCache`` of ``N`` columns; forwards of the shapes in ``graph_shapes`` are CUDA graphs
-    once the cache is initialised (CUDA, model on one GPU). Use :meth:`for_model` to reuse kept runners.
+    """A runner over a ``StaticCache`` of ``N`` columns, ``seen`` on the device: every forward has a fixed shape and
+    reads its offset from the device, so a captured step replays with any column count.
 
     Args:
         model, vocab_size: see :class:`Runner`.
         capacity: ``N``, the columns' capacity.
-        graph_shapes: ``(width, keep)`` forwards to capture.
-        compile_options: ``torch.compile`` keyword arguments for the captured forwards (their ``mode`` is replaced
-            by one without inductor's CUDA graphs), or None to capture the eager forward.
+        device: where the columns live (``seen`` goes there).
+        compile_options: ``torch.compile`` keyword arguments for this model's forwards inside steps (their ``mode``
+            is replaced by one without inductor's CUDA graphs), or None for the eager forward.
     """
 
-    def __init__(
-        self,
-        model: PreTrainedModel,
-        vocab_size: int,
-        capacity: int,
-        graph_shapes: set[tuple[int, int]],
-        compile_options: dict | None = None,
-    ):
+    def __init__(self, model: PreTrainedModel, vocab_size: int, capacity: int, device: torch.device,
+                 compile_options: dict | None = None):
         super().__init__(model, vocab_size)
+        self.seen = torch.zeros((), dtype=torch.long, device=device)
         self.cache = StaticCache(config=model.config, max_cache_len=capacity)
         self.dtype = model.get_input_embeddings().weight.dtype
-        self.graph_shapes = graph_shapes if on_one_gpu(model) else set()
-        self.graphs = {}  # (width, keep) -> (graph, ids, positions, mask, logits)
-        self.compiled = compiled_call(model, compile_options) if compile_options is not None and self.graph_shapes else None
+        self.compiled = compiled_call(model, compile_options) if compile_options is not None else None
 
-    @classmethod
-    def for_model(
-        cls,
-        model: PreTrainedModel,
-        vocab_size: int,
-        capacity: int,
-        graph_shapes: set,
-        batch_size: int,
-        compile_options: dict | None = None,
-    ):
-        """The runner kept on ``model`` for this batch size, capacity, graph shapes and compilation (new if none),
-        reset to no columns seen. All kept runners are dropped first if the model's parameters changed."""
-        fingerprint = tuple((p.data_ptr(), p.dtype, p.device) for p in model.parameters())
-        if model.__dict__.get("_flashspec_static_fingerprint") != fingerprint:
-            clear_static_runners(model)
-            model.__dict__["_flashspec_static_fingerprint"] = fingerprint
-        runners = model.__dict__.setdefault("_flashspec_static_runners", {})
-        key = (batch_size, capacity, frozenset(graph_shapes), repr(sorted((compile_options or {}).items())))
-        runner = runners.pop(key, None) or cls(model, vocab_size, capacity, graph_shapes, compile_options)
-        runners[key] = runner  # most recently used last
-        while len(runners) > KEPT_RUNNERS:
-            runners.pop(next(iter(runners)))
-        runner.rewind(0)
-        return runner
+    def catch_up(self, columns: Columns) -> torch.Tensor:
+        return self.forward(columns, 2, keep=1)  # kept two columns behind: the last committed draft, the pending
 
-    def rewind(self, length: int) -> None:
-        if self.seen > length:
-            for layer in self.cache.layers:
-                if layer.is_initialized:
-                    layer.cumulative_length.fill_(length)  # later writes overwrite; the 4D mask hides the rest
-            self.seen = length
+    def keep_current(self, columns: Columns, gamma: int) -> None:
+        self.forward(columns, gamma + 1, keep=1)  # two columns behind again once the step's γ + 1 are committed
 
-    def _forward(self, columns, ids, positions, start, keep) -> torch.Tensor:
-        mask = columns.attention_mask_4d(start, ids.shape[1], self.dtype)  # [B, 1, w, N]
-        shape = (ids.shape[1], keep)
-        if shape not in self.graph_shapes or not all(layer.is_initialized for layer in self.cache.layers):
-            return self._call(ids, positions, mask, self.cache, keep)
-        if shape not in self.graphs:
-            self.graphs[shape] = self._capture(ids, positions, mask, keep)
-        graph, *inputs, logits = self.graphs[shape]
-        for buffer, value in zip(inputs, (ids, positions, mask), strict=True):
-            buffer.copy_(value)
-        graph.replay()
-        return logits.clone()  # the graph's output buffer is overwritten by its next replay
+    def rewind(self, length: int | torch.Tensor) -> None:
+        """Set ``seen`` (and the cache's write offsets) to ``length`` (later writes overwrite; the 4D mask hides
+        the rest)."""
+        self.seen.fill_(length) if isinstance(length, int) else self.seen.copy_(length)
+        for layer in self.cache.layers:
+            if layer.is_initialized:
+                layer.cumulative_length.copy_(self.seen)
 
-    def _capture(self, ids, positions, mask, keep) -> tuple:
-        """Capture one forward (compiled, if asked) as a CUDA graph on static copies of its inputs; the cache's write
-        offsets are restored afterwards (the warm-up runs advanced them)."""
-        inputs = [ids.clone(), positions.clone(), mask.clone()]
-        offsets = [layer.cumulative_length.clone() for layer in self.cache.layers]
-        call = self.compiled or self.model
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):  # warm-up: compilation and lazy initialisations happen outside the capture
-                self._call(*inputs, self.cache, keep, call)
-                for layer, offset in zip(self.cache.layers, offsets, strict=True):
-                    layer.cumulative_length.copy_(offset)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            logits = self._call(*inputs, self.cache, keep, call)
-        for layer, offset in zip(self.cache.layers, offsets, strict=True):
-            layer.cumulative_length.copy_(offset)
-        return graph, *inputs, logits
+    def prefill(self, columns: Columns, width: int) -> None:
+        """Feed the first ``width`` columns of a call, eagerly (its width changes from call to call)."""
+        self.rewind(0)
+        if width > 0:
+            ids, positions = columns.read(0, width)
+            if self.max_token is not None:
+                ids = ids.masked_fill(ids > self.max_token, 0)
+            self._call(ids, positions, columns.attention_mask_4d(0, width, self.dtype), self.cache, 1)
+            self.seen.fill_(width)
+
+    def _forward(self, columns, ids, positions, keep) -> torch.Tensor:
+        mask = columns.attention_mask_4d(self.seen, ids.shape[1], self.dtype)  # [B, 1, w, N]
+        return self._call(ids, positions, mask, self.cache, keep, self.compiled)
 
 
 def compiled_call(model: PreTrainedModel, options: dict) -> object:
@@ -229,12 +196,6 @@ def has_standard_static_layers(model: PreTrainedModel) -> bool:
     """True when every layer of the model's ``StaticCache`` is a plain :class:`StaticLayer` (no sliding window,
     no linear attention): what :class:`StaticRunner` supports."""
     return all(type(layer) is StaticLayer for layer in StaticCache(config=model.config, max_cache_len=8).layers)
-
-
-def clear_static_runners(model: PreTrainedModel) -> None:
-    """Free the static caches and CUDA graphs flashspec keeps on ``model`` (they are rebuilt when needed)."""
-    model.__dict__.pop("_flashspec_static_runners", None)
-    model.__dict__.pop("_flashspec_static_fingerprint", None)
 
 
 def on_one_gpu(model: PreTrainedModel) -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from .buffers import Buffers
+
 Groups = list[tuple[int, torch.Tensor | None]]
 """``(tokens generated, row mask bool [B, 1] or None for all rows)`` per distinct count among active rows."""
 
@@ -14,23 +16,24 @@ class Sequences:
 
     Args:
         input_ids: int64 ``[B, L]`` left-padded prompt.
-        max_new_tokens: tokens each row may generate (``max_length - L``).
-        gamma: the largest γ (the buffer holds one step more than ``max_new_tokens``).
+        capacity: ``C`` columns, at least ``L + max_new_tokens + γ + 1`` (a step may append ``γ + 1``).
         pad_token_id: fills the buffer behind each row.
+        buffers: where the tensors live (:class:`~flashspec_hf.buffers.Buffers`).
 
     Attributes:
-        buffer: int64 ``[B, L + max_new_tokens + γ + 1]``.
+        buffer: int64 ``[B, C]``.
         num_new: int64 ``[B]`` tokens generated so far (device).
-        num_new_host: the same counts on the host, as far as the host has read the steps' reports.
+        prompt_length: ``L`` (host); prompt_end: the same as an int64 ``[]`` device tensor (what steps read).
+        num_new_host: the generated counts on the host, as far as the host has read the steps' reports.
     """
 
-    def __init__(self, input_ids: torch.Tensor, max_new_tokens: int, gamma: int, pad_token_id: int):
+    def __init__(self, input_ids: torch.Tensor, capacity: int, pad_token_id: int, buffers: Buffers):
         batch_size, self.prompt_length = input_ids.shape
         self.pad_token_id = pad_token_id
-        capacity = self.prompt_length + max_new_tokens + gamma + 1
-        self.buffer = input_ids.new_full((batch_size, capacity), pad_token_id)  # [B, L + max_new + γ + 1]
+        self.buffer = buffers.full("sequences.buffer", (batch_size, capacity), pad_token_id, torch.long)  # [B, C]
         self.buffer[:, : self.prompt_length] = input_ids
-        self.num_new = torch.zeros(batch_size, dtype=torch.long, device=input_ids.device)  # [B]
+        self.num_new = buffers.full("sequences.num_new", (batch_size,), 0, torch.long)  # [B]
+        self.prompt_end = buffers.full("sequences.prompt_end", (), self.prompt_length, torch.long)  # []
         self.num_new_host = [0] * batch_size
 
     def prefix(self, generated: int) -> torch.Tensor:
@@ -48,7 +51,7 @@ class Sequences:
         """Append the first ``counts[b]`` of ``tokens[b]`` (int64 ``[B, n]``) to each row (device only; the host
         learns the counts through :meth:`count_on_host`)."""
         n = tokens.shape[1]
-        index = self.prompt_length + self.num_new.unsqueeze(1) + torch.arange(n, device=tokens.device)  # [B, n]
+        index = self.prompt_end + self.num_new.unsqueeze(1) + torch.arange(n, device=tokens.device)  # [B, n]
         keep = torch.arange(n, device=tokens.device) < counts.unsqueeze(1)  # [B, n]
         self.buffer.scatter_(1, index, torch.where(keep, tokens, self.pad_token_id))
         self.num_new += counts

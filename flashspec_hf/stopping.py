@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
 
+from .buffers import Buffers
 from .sequences import Groups, Sequences
 
 
@@ -21,22 +22,22 @@ class Stopping:
         stopping_criteria: the list generate prepared.
         default_max_length: ``generation_config.max_length`` (used when no ``MaxLengthCriteria`` is given).
         prompt_length: ``L``, columns of the left-padded prompt.
-        device: where the EOS ids go.
+        buffers: where the EOS ids and the limit live (:class:`~flashspec_hf.buffers.Buffers`).
 
     Attributes:
-        eos: int64 ``[E]`` EOS ids or None; max_new_tokens: tokens each row may generate; criteria: the rest.
+        eos: int64 ``[E]`` EOS ids or None; max_new_tokens: tokens each row may generate (host), limit: the same as
+            an int64 ``[]`` device tensor (what steps read); criteria: the rest.
     """
 
     def __init__(
-        self, stopping_criteria: StoppingCriteriaList, default_max_length: int, prompt_length: int, device: torch.device
+        self, stopping_criteria: StoppingCriteriaList, default_max_length: int, prompt_length: int, buffers: Buffers
     ):
-        eos_ids = [c.eos_token_id.flatten() for c in stopping_criteria if isinstance(c, EosTokenCriteria)]
+        eos = eos_ids(stopping_criteria)
         lengths = [c.max_length for c in stopping_criteria if isinstance(c, MaxLengthCriteria)]
-        self.criteria = StoppingCriteriaList(
-            [c for c in stopping_criteria if not isinstance(c, (EosTokenCriteria, MaxLengthCriteria))]
-        )
-        self.eos = torch.cat(eos_ids).to(device) if eos_ids else None
+        self.criteria = other_criteria(stopping_criteria)
+        self.eos = buffers.like("stopping.eos", eos.to(buffers.device)) if eos is not None else None
         self.max_new_tokens = min(lengths, default=default_max_length) - prompt_length
+        self.limit = buffers.full("stopping.limit", (), self.max_new_tokens, torch.long)
 
     def cut(
         self,
@@ -62,7 +63,7 @@ class Stopping:
         """
         width = output.shape[1]
         pos = torch.arange(width, device=output.device)  # [γ+1]
-        num_emitted = torch.minimum(num_accepted + 1, self.max_new_tokens - sequences.num_new)  # [B]
+        num_emitted = torch.minimum(num_accepted + 1, self.limit - sequences.num_new)  # [B]
         num_emitted = num_emitted.masked_fill(finished, 0)
         ended = finished.clone()
         if self.eos is not None:
@@ -77,5 +78,18 @@ class Stopping:
                 hit = hit if rows is None else hit & rows[:, 0]
                 num_emitted = torch.where(hit, i + 1, num_emitted)
                 ended |= hit
-        ended |= sequences.num_new + num_emitted >= self.max_new_tokens
+        ended |= sequences.num_new + num_emitted >= self.limit
         return num_emitted, ended
+
+
+def other_criteria(stopping_criteria: StoppingCriteriaList) -> StoppingCriteriaList:
+    """The criteria checked position by position: all but ``EosTokenCriteria`` and ``MaxLengthCriteria``."""
+    return StoppingCriteriaList(
+        [c for c in stopping_criteria if not isinstance(c, (EosTokenCriteria, MaxLengthCriteria))]
+    )
+
+
+def eos_ids(stopping_criteria: StoppingCriteriaList) -> torch.Tensor | None:
+    """int64 ``[E]``: the EOS ids of every ``EosTokenCriteria`` (generate's or the user's), or None."""
+    ids = [c.eos_token_id.flatten() for c in stopping_criteria if isinstance(c, EosTokenCriteria)]
+    return torch.cat(ids) if ids else None

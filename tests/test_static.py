@@ -102,23 +102,29 @@ def test_kept_runners_follow_changed_weights_and_dtype(assistants):
     assert torch.equal(got[0], _stock(model, PROMPTS[0], max_new_tokens=12))
 
 
-def test_kept_static_runners_are_reused_and_dropped_when_parameters_change():
-    """On CUDA a call reuses the static runner (cache + graphs) kept on the model; new parameter tensors, dtype or
-    device drop every kept runner, since a graph replays the memory it captured."""
-    from flashspec_hf.runners import KEPT_RUNNERS, StaticRunner
+def test_static_sessions_are_kept_per_set_up_and_dropped_when_parameters_change(assistants):
+    """A static call reuses the session (state buffers, caches, captured steps) kept on the target for its set-up;
+    new parameter tensors, dtype or device drop every kept session, since a graph replays the memory it captured."""
+    from flashspec_hf.backends import KEPT_SESSIONS
 
-    model = tiny_llama(layers=2, seed=4)
-    first = StaticRunner.for_model(model, 97, 64, {(2, 1)}, batch_size=2)
-    assert StaticRunner.for_model(model, 97, 64, {(2, 1)}, batch_size=2) is first
-    assert StaticRunner.for_model(model, 97, 64, {(2, 1)}, batch_size=3) is not first
+    model = tiny_llama(layers=2, seed=4, peak=8.0)
+
+    def sessions():
+        return model.__dict__["_flashspec_static_sessions"]
+
+    _flash(model, assistants, PROMPTS, max_new_tokens=8, **STATIC)
+    (first,) = sessions().values()
+    _flash(model, assistants, PROMPTS, max_new_tokens=8, **STATIC)
+    assert list(sessions().values()) == [first]
+    _flash(model, assistants, PROMPTS[:2], max_new_tokens=8, **STATIC)  # another batch size: another set-up
+    assert len(sessions()) == 2
     with torch.no_grad():
         model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.flip(0))
-    assert StaticRunner.for_model(model, 97, 64, {(2, 1)}, batch_size=2) is not first
-    model.to(torch.float64)
-    assert StaticRunner.for_model(model, 97, 64, {(2, 1)}, batch_size=2).dtype == torch.float64
-    for batch_size in range(1, KEPT_RUNNERS + 3):
-        StaticRunner.for_model(model, 97, 64, {(2, 1)}, batch_size=batch_size)
-    assert len(model.__dict__["_flashspec_static_runners"]) == KEPT_RUNNERS
+    _flash(model, assistants, PROMPTS, max_new_tokens=8, **STATIC)
+    assert len(sessions()) == 1 and first not in sessions().values()
+    for gamma in range(1, KEPT_SESSIONS + 3):
+        _flash(model, assistants, PROMPTS, max_new_tokens=8, num_assistant_tokens=gamma, **STATIC)
+    assert len(sessions()) == KEPT_SESSIONS
 
 
 @pytest.mark.parametrize("cache_implementation", ["dynamic", "static"])
