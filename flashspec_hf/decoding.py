@@ -136,7 +136,7 @@ def _host_features(run: Run, step: Step, streamer, host_groups: bool) -> None:
     if streamer is not None:
         streamer.put(step.output[0, : report.emitted[0]].cpu())
     if host_groups:
-        run.groups = run.sequences.groups([not f for f in report.finished])
+        run.groups = run.sequences.groups(step.finished, report.finished)
 
 
 def speculative_decode(
@@ -198,7 +198,8 @@ def speculative_decode(
     ]
     names = _arm_names(sources, arms, several_gammas=len(gammas) > 1)
     stats = FlashSpecStats(names, max(gammas), [g for _, g in arms])
-    groups = sequences.groups([True] * batch_size) if processing.contextual or stopping.criteria else []
+    finished = torch.zeros(batch_size, dtype=torch.bool, device=device)  # [B]
+    groups = sequences.groups(finished, [False] * batch_size) if processing.contextual or stopping.criteria else []
 
     def process_draft(logits: torch.Tensor, drafted: torch.Tensor) -> torch.Tensor:
         return processing.draft(logits, sequences, run.groups, drafted)
@@ -212,7 +213,7 @@ def speculative_decode(
         stopping=stopping,
         reports=StepReports(selector, stats, sequences, device),
         recorder=recorder,
-        finished=torch.zeros(batch_size, dtype=torch.bool, device=device),
+        finished=finished,
         groups=groups,
     )
     if prompt_length > 1:
