@@ -167,7 +167,8 @@ def speculative_decode(
             dynamic one (False), or None: static on CUDA whenever the call needs nothing it lacks.
 
     Raises:
-        ValueError: ``static=True`` with a feature the static backend does not support.
+        ValueError: ``static=True`` with a feature the static backend does not support; a logits processor that
+            may keep state (:class:`~flashspec_hf.processing.LogitsProcessing`).
 
     Returns:
         ``[B, L + N]`` sequences, or a ``GenerateDecoderOnlyOutput`` (``sequences``, ``scores``, ``logits``; no

@@ -4,15 +4,23 @@ Stock assisted decoding calls the prepared processor list once per verified posi
 (``logits_processor(candidate_input_ids[:, :cur_len + i], new_logits[:, i])``), so prefix-dependent processors
 (repetition penalty, no-repeat n-grams, min-length, …) see what the target would have seen token by token.
 
-Rows may have generated different numbers of tokens. The processors run once per *group* of active rows with the
-same count, on those rows only, so each row sees exactly its own ``input_ids`` (left-padded prompt + its tokens),
-with its own length, as in stock batched ``generate``; a processor that holds per-row data of the call gets it
-narrowed to the rows it is given (``prefix_allowed_tokens_fn`` still receives the row's batch index in the call,
-repetition penalty its per-row prompt padding). Finished rows are not processed. Position ``i`` of a step is
-processed only for the rows whose drafts before it every processor allowed (a finite score): at the other rows a
-draft before ``i`` is certainly rejected, so position ``i`` is never used and a processor is never asked about a
-prefix it forbade (a prompt-lookup draft outside a constraint is simply rejected). A trailing run of context-free
-warpers (temperature, top-k, top-p, …) runs once on all positions.
+Which processors flashspec runs: it calls each processor once per draft position and per verified position, on
+subsets of the batch, so a processor must keep no state across calls and compute each output row from its own
+input row alone. The transformers processors known to do so are listed in :data:`STATELESS_PROCESSORS` (exact
+classes: a subclass may add state). Any other processor — classifier-free guidance (``guidance_scale``, it keeps
+the unconditional branch's cache), SynthID watermarking (it keeps the n-gram context), a user's processor — is
+refused with a ``ValueError`` naming it, unless it carries ``flashspec_stateless = True`` (its author's promise
+that it is stateless and row-wise).
+
+Which rows and prefixes a processor sees: rows may have generated different numbers of tokens. The processors run
+once per *group* of active rows with the same count, on those rows only, so each row sees exactly its own
+``input_ids`` (left-padded prompt + its tokens), with its own length, as in stock batched ``generate``; a
+processor that holds per-row data of the call gets it narrowed to the rows it is given (``prefix_allowed_tokens_fn``
+still receives the row's batch index in the call, repetition penalty its per-row prompt padding). Finished rows are
+not processed. Position ``i`` of a step is processed only for the rows whose drafts before it every processor
+allowed (a finite score): at the other rows a draft before ``i`` is certainly rejected, so position ``i`` is never
+used and a processor is never asked about a prefix it forbade (a prompt-lookup draft outside a constraint is simply
+rejected). A trailing run of context-free warpers (temperature, top-k, top-p, …) runs once on all positions.
 """
 
 from __future__ import annotations
@@ -23,16 +31,28 @@ import torch
 from transformers.generation.logits_process import (
     EpsilonLogitsWarper,
     EtaLogitsWarper,
+    ExponentialDecayLengthPenalty,
+    ForcedBOSTokenLogitsProcessor,
+    ForcedEOSTokenLogitsProcessor,
+    InfNanRemoveLogitsProcessor,
     LogitNormalization,
     LogitsProcessorList,
+    MinLengthLogitsProcessor,
+    MinNewTokensLengthLogitsProcessor,
     MinPLogitsWarper,
+    NoBadWordsLogitsProcessor,
+    NoRepeatNGramLogitsProcessor,
     PrefixConstrainedLogitsProcessor,
     RepetitionPenaltyLogitsProcessor,
+    SequenceBiasLogitsProcessor,
+    SuppressTokensAtBeginLogitsProcessor,
+    SuppressTokensLogitsProcessor,
     TemperatureLogitsWarper,
     TopHLogitsWarper,
     TopKLogitsWarper,
     TopPLogitsWarper,
     TypicalLogitsWarper,
+    WatermarkLogitsProcessor,
 )
 
 from .sequences import Groups, Sequences
@@ -49,16 +69,56 @@ _CONTEXT_FREE = (
     LogitNormalization,
 )
 
+STATELESS_PROCESSORS = frozenset(
+    {
+        *_CONTEXT_FREE,
+        MinLengthLogitsProcessor,
+        MinNewTokensLengthLogitsProcessor,
+        RepetitionPenaltyLogitsProcessor,  # 5.24: per-row prompt padding, narrowed by _for_rows
+        NoRepeatNGramLogitsProcessor,
+        SequenceBiasLogitsProcessor,  # prepares its bias tensors on the first call, the same on every call
+        NoBadWordsLogitsProcessor,
+        PrefixConstrainedLogitsProcessor,  # batch index mapped by _for_rows
+        ForcedBOSTokenLogitsProcessor,
+        ForcedEOSTokenLogitsProcessor,
+        InfNanRemoveLogitsProcessor,
+        ExponentialDecayLengthPenalty,
+        SuppressTokensLogitsProcessor,
+        SuppressTokensAtBeginLogitsProcessor,
+        WatermarkLogitsProcessor,  # reseeds its generator from each row's last tokens at every call
+    }
+)
+"""transformers processors (read from ``generation/logits_process.py``, 5.17 and 5.24) that keep no state across
+calls and compute each row from its own input row: flashspec may call them per position and on subsets of rows.
+Left out: those that keep state (``UnbatchedClassifierFreeGuidanceLogitsProcessor``,
+``SynthIDTextWatermarkLogitsProcessor``, ``WhisperNoSpeechDetection``, ``DiaEOSDelayPatternLogitsProcessor``),
+that mix rows (``ClassifierFreeGuidanceLogitsProcessor``), that hold encoder inputs (encoder-decoder models are
+refused anyway), and other model-specific ones (Whisper, Bark, Dia)."""
+
 
 class LogitsProcessing:
     """The prepared processor list, split into prefix-dependent processors and a trailing run of warpers.
 
     Args:
         logits_processor: the list generate prepared (processors and warpers).
+
+    Raises:
+        ValueError: a processor that is neither in :data:`STATELESS_PROCESSORS` nor marked ``flashspec_stateless``.
     """
 
     def __init__(self, logits_processor: LogitsProcessorList):
         processors = list(logits_processor)
+        unknown = sorted(
+            {type(p).__name__ for p in processors if not (type(p) in STATELESS_PROCESSORS or _marked_stateless(p))}
+        )
+        if unknown:
+            raise ValueError(
+                f"flashspec cannot run {', '.join(unknown)}: it calls logits processors once per draft and verified "
+                "position and on subsets of rows, so a processor that keeps state across calls (classifier-free "
+                "guidance from guidance_scale, SynthID watermarking, counters) would change the output. Drop "
+                "flashspec=True or the processor; if the processor keeps no state and computes each row from its own "
+                "row, set flashspec_stateless = True on it (or its class)"
+            )
         split = len(processors)
         while split > 0 and isinstance(processors[split - 1], _CONTEXT_FREE):
             split -= 1
@@ -129,6 +189,10 @@ class LogitsProcessing:
         for proc in self.contextual:
             scores = (proc if rows is None else _for_rows(proc, rows))(ids, scores)
         return scores
+
+
+def _marked_stateless(processor) -> bool:
+    return getattr(processor, "flashspec_stateless", False) is True
 
 
 def _for_rows(processor, rows: list[int]):

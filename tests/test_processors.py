@@ -1,13 +1,14 @@
-"""Logits processors and returned per-token tensors: flashspec calls each processor only on prefixes a row has or
-could have (never on another row's padding, never after a draft the processors forbid), and returns stock's scores
-and logits."""
+"""Logits processors and returned per-token tensors: flashspec calls each processor only where stock's output is
+unaffected by how often it is called (stateful processors are refused), only on prefixes a row has or could have
+(never on another row's padding, never after a draft the processors forbid), and returns stock's scores and logits."""
 
 import pytest
 import torch
-from transformers import LogitsProcessor, LogitsProcessorList, WatermarkingConfig
+from transformers import LogitsProcessor, LogitsProcessorList, SynthIDTextWatermarkingConfig, WatermarkingConfig
 from transformers.generation.logits_process import TopHLogitsWarper
 
 from flashspec_hf import PromptLookup, RoundRobin
+from flashspec_hf.processing import STATELESS_PROCESSORS
 
 from .conftest import left_padded, tiny_llama
 from .test_distribution import ALPHA, _exact, _p_value, _sample_counts
@@ -54,7 +55,18 @@ def _generated_lengths(sequences: torch.Tensor, new: int, eos: int | None) -> li
     return [row.index(eos) + 1 if eos in row else new for row in rows]
 
 
-# ---- processors that keep no state, in ragged batches ------------------------------------------------------------
+# ---- 1. stateful processors: refused, unless known or marked stateless ----------------------------------------
+
+
+class CountingProcessor(LogitsProcessor):
+    """Bans a different token on every call: its output depends on how often it was called."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, input_ids, scores):
+        self.calls += 1
+        return scores.index_fill(1, torch.tensor([3 + self.calls % 50]), float("-inf"))
 
 
 class NoImmediateRepeat(LogitsProcessor):
@@ -64,6 +76,25 @@ class NoImmediateRepeat(LogitsProcessor):
 
     def __call__(self, input_ids, scores):
         return scores.scatter(1, input_ids[:, -1:], float("-inf"))
+
+
+def test_classifier_free_guidance_is_refused_by_name(target, assistants):
+    with pytest.raises(ValueError, match="UnbatchedClassifierFreeGuidanceLogitsProcessor.*Drop flashspec=True"):
+        _generate(target, ROWS[:1], assistants, guidance_scale=1.5, do_sample=False, max_new_tokens=8)
+
+
+def test_synthid_watermark_is_refused_by_name(target, assistants):
+    config = SynthIDTextWatermarkingConfig(keys=[654, 400, 836, 123, 340], ngram_len=3)
+    with pytest.raises(ValueError, match="SynthIDTextWatermarkLogitsProcessor"):
+        _generate(target, ROWS[:1], assistants, watermarking_config=config, do_sample=True, max_new_tokens=8)
+
+
+@pytest.mark.parametrize("loop", ["dynamic", "static"])
+def test_unknown_user_processor_is_refused_by_name(target, assistants, loop):
+    processors = LogitsProcessorList([CountingProcessor()])
+    with pytest.raises(ValueError, match="CountingProcessor.*flashspec_stateless"):
+        _generate(target, ROWS[:1], assistants, logits_processor=processors, max_new_tokens=8,
+                  cache_implementation=loop)
 
 
 def test_user_processor_marked_stateless_equals_stock(target, assistants):
@@ -88,6 +119,15 @@ def test_user_processor_marked_stateless_equals_stock(target, assistants):
 def test_allowed_processors_equal_stock_in_a_ragged_batch(target, assistants, kw):
     _assert_same_as_stock(target, ROWS, assistants, max_new_tokens=14, return_dict_in_generate=True,
                           output_scores=True, **kw)
+
+
+def test_allow_list_holds_transformers_classes_and_no_stateful_one():
+    from transformers.generation import logits_process
+
+    assert all(getattr(logits_process, cls.__name__) is cls for cls in STATELESS_PROCESSORS)
+    stateful = {"UnbatchedClassifierFreeGuidanceLogitsProcessor", "SynthIDTextWatermarkLogitsProcessor",
+                "WhisperNoSpeechDetection", "DiaEOSDelayPatternLogitsProcessor"}
+    assert not stateful & {cls.__name__ for cls in STATELESS_PROCESSORS}
 
 
 def test_top_h_sampling_in_the_static_loop_is_exact(distribution_models):
