@@ -145,7 +145,7 @@ def _host_features(run: Run, step: Step, streamer, host_groups: bool) -> None:
     if streamer is not None:
         streamer.put(step.output[0, : report.emitted[0]].cpu())
     if host_groups:
-        run.groups = run.sequences.groups([not f for f in report.finished])
+        run.groups = run.sequences.groups(step.finished, report.finished)
 
 
 def speculative_decode(
@@ -176,7 +176,8 @@ def speculative_decode(
             dynamic one (False), or None: static on CUDA whenever the call needs nothing it lacks.
 
     Raises:
-        ValueError: ``static=True`` with a feature the static backend does not support.
+        ValueError: ``static=True`` with a feature the static backend does not support; a logits processor that
+            may keep state (:class:`~flashspec_hf.processing.LogitsProcessing`).
 
     Returns:
         ``[B, L + N]`` sequences, or a ``GenerateDecoderOnlyOutput`` (``sequences``, ``scores``, ``logits``; no
@@ -213,7 +214,8 @@ def speculative_decode(
     ]
     names = _arm_names(sources, arms, several_gammas=len(gammas) > 1)
     stats = FlashSpecStats(names, max(gammas), [g for _, g in arms])
-    groups = sequences.groups([True] * batch_size) if processing.contextual or stopping.criteria else []
+    finished = backend.buffers.full("finished", (batch_size,), False, torch.bool)  # [B]
+    groups = sequences.groups(finished, [False] * batch_size) if processing.contextual or stopping.criteria else []
 
     def process_draft(logits: torch.Tensor, drafted: torch.Tensor) -> torch.Tensor:
         return processing.draft(logits, sequences, run.groups, drafted)
@@ -227,7 +229,7 @@ def speculative_decode(
         stopping=stopping,
         reports=StepReports(selector, stats, sequences, device),
         recorder=recorder,
-        finished=backend.buffers.full("finished", (batch_size,), False, torch.bool),
+        finished=finished,
         groups=groups,
         commit_in_step=StaticBackend.commit_in_step if isinstance(backend, StaticBackend) else None,
     )

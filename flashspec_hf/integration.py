@@ -89,8 +89,8 @@ def generate(self, *args, flashspec: bool = False, assistant_models=None, select
 
     Raises:
         ValueError: ``assistant_models`` or ``selector`` without ``flashspec=True``; ``flashspec=True`` without assistants, an empty list, an assistant with another vocabulary or
-            special tokens, an encoder-decoder model, beam search, an invalid γ, or an
-            unsupported option.
+            special tokens, an encoder-decoder model, beam search, an invalid γ, a logits processor that may keep
+            state (:mod:`flashspec_hf.processing`), or an unsupported option.
         TypeError: an assistant that is not a transformers causal LM.
     """
     if not flashspec:

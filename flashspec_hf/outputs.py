@@ -37,15 +37,17 @@ class Recorder:
 
     def per_token(self, recorded: list[torch.Tensor]) -> tuple[torch.Tensor, ...]:
         """One float32 ``[B, V]`` per generated token from per-step ``[B, w_s, V]`` tensors (steps may differ in
-        width). A row that finished early repeats its last recorded token's tensor in the padded positions."""
+        width). Positions after a row finished (batch > 1) hold zeros: flashspec computes no target distribution
+        there (stock computes one on the padding)."""
         stacked = torch.cat(recorded, dim=1)  # [B, Σ w_s, V]
-        widths = torch.tensor([0] + [r.shape[1] for r in recorded[:-1]]).cumsum(0).tolist()  # first column per step
+        firsts = torch.tensor([0] + [r.shape[1] for r in recorded[:-1]]).cumsum(0).tolist()  # first column per step
         emitted = torch.stack(self.emitted, dim=1).tolist()  # [B][steps]
-        index = [[first + j for first, n in zip(widths, row, strict=True) for j in range(n)] for row in emitted]
+        index = [[first + j for first, n in zip(firsts, row, strict=True) for j in range(n)] for row in emitted]
         longest = max(len(ix) for ix in index)
-        index = torch.tensor([ix + [ix[-1] if ix else 0] * (longest - len(ix)) for ix in index], device=stacked.device)
+        kept = torch.tensor([[True] * len(ix) + [False] * (longest - len(ix)) for ix in index], device=stacked.device)
+        index = torch.tensor([ix + [0] * (longest - len(ix)) for ix in index], device=stacked.device)  # [B, N]
         gathered = stacked.gather(1, index.unsqueeze(-1).expand(-1, -1, stacked.shape[-1]))  # [B, N, V]
-        return tuple(gathered.unbind(dim=1))
+        return tuple(torch.where(kept.unsqueeze(-1), gathered, 0.0).unbind(dim=1))
 
     def output(self, sequences: torch.Tensor) -> GenerateDecoderOnlyOutput:
         """generate's output dict (``sequences``, ``scores``, ``logits``; no cache)."""

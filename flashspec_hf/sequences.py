@@ -8,7 +8,8 @@ import torch
 from .buffers import Buffers
 
 Groups = list[tuple[int, torch.Tensor | None]]
-"""``(tokens generated, row mask bool [B, 1] or None for all rows)`` per distinct count among active rows."""
+"""``(tokens generated, row mask bool [B] or None for every row)`` per distinct count among active rows; finished
+rows are in no group."""
 
 
 class Sequences:
@@ -40,12 +41,13 @@ class Sequences:
         """int64 ``[B, L + generated]``: exact ``input_ids`` for the rows that have generated ``generated`` tokens."""
         return self.buffer[:, : self.prompt_length + generated]
 
-    def groups(self, active: list[bool]) -> Groups:
-        """The distinct generated-token counts among ``active`` rows, each with its row mask (None: every row)."""
-        counts = sorted({n for n, a in zip(self.num_new_host, active, strict=True) if a})
-        if len(set(self.num_new_host)) == 1:
-            return [(counts[0], None)] if counts else []
-        return [(n, (self.num_new == n).unsqueeze(1)) for n in counts]
+    def groups(self, finished: torch.Tensor, finished_host: list[bool]) -> Groups:
+        """The distinct generated-token counts among the rows not ``finished`` (bool ``[B]``, on the device and on
+        the host), each with the mask of its active rows (None: every row of the batch)."""
+        counts = sorted({n for n, f in zip(self.num_new_host, finished_host, strict=True) if not f})
+        if len(counts) == 1 and not any(finished_host):
+            return [(counts[0], None)]
+        return [(n, (self.num_new == n) & ~finished) for n in counts]
 
     def append(self, tokens: torch.Tensor, counts: torch.Tensor) -> None:
         """Append the first ``counts[b]`` of ``tokens[b]`` (int64 ``[B, n]``) to each row (device only; the host

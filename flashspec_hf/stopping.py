@@ -75,7 +75,7 @@ class Stopping:
             for i in range(width):
                 ids = torch.cat([sequences.prefix(generated), output[:, : i + 1]], dim=1)
                 hit = self.criteria(ids, target_scores[:, i]) & (i < num_emitted)
-                hit = hit if rows is None else hit & rows[:, 0]
+                hit = hit if rows is None else hit & rows
                 num_emitted = torch.where(hit, i + 1, num_emitted)
                 ended |= hit
         ended |= sequences.num_new + num_emitted >= self.limit

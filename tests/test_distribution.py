@@ -52,7 +52,7 @@ def _exact(target, warpers):
     return probs
 
 
-def _sample_counts(target, drafts, temperature, top_k, top_p, gamma, selector=None):
+def _sample_counts(target, drafts, temperature, top_k, top_p, gamma, selector=None, **kw):
     torch.manual_seed(2024)
     ids = torch.tensor(PROMPT).expand(SAMPLES, -1)
     out = target.generate(
@@ -67,6 +67,7 @@ def _sample_counts(target, drafts, temperature, top_k, top_p, gamma, selector=No
         assistant_models=drafts,
         selector=selector or RoundRobin(),
         flashspec=True,
+        **kw,
     )
     codes = (out[:, len(PROMPT):] * torch.tensor([VOCAB**2, VOCAB, 1])).sum(-1)
     return torch.bincount(codes, minlength=VOCAB**NEW)
