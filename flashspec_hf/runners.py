@@ -87,7 +87,7 @@ class DynamicRunner(Runner):
 
     def __init__(self, model: PreTrainedModel, vocab_size: int):
         super().__init__(model, vocab_size)
-        self.cache = DynamicCache(config=model.config)
+        self.cache = _new_cache(DynamicCache, model.config)
         if any(self.cache.is_sliding) and Version(transformers.__version__) < SLIDING_WINDOW_MIN_VERSION:
             raise NotImplementedError(
                 f"{type(model).__name__} has sliding-window layers, whose cache transformers "
@@ -126,7 +126,7 @@ class StaticRunner(Runner):
 
     def __init__(self, model: PreTrainedModel, vocab_size: int, capacity: int, graph_shapes: set[tuple[int, int]]):
         super().__init__(model, vocab_size)
-        self.cache = StaticCache(config=model.config, max_cache_len=capacity)
+        self.cache = _new_cache(StaticCache, model.config, max_cache_len=capacity)
         self.dtype = model.get_input_embeddings().weight.dtype
         self.graph_shapes = graph_shapes if on_one_gpu(model) else set()
         self.graphs = {}  # (width, keep) -> (graph, ids, positions, mask, logits)
@@ -191,7 +191,8 @@ class StaticRunner(Runner):
 def has_standard_static_layers(model: PreTrainedModel) -> bool:
     """True when every layer of the model's ``StaticCache`` is a plain :class:`StaticLayer` (no sliding window,
     no linear attention): what :class:`StaticRunner` supports."""
-    return all(type(layer) is StaticLayer for layer in StaticCache(config=model.config, max_cache_len=8).layers)
+    return all(type(layer) is StaticLayer for layer in _new_cache(StaticCache, model.config, max_cache_len=8).layers)
+
 
 
 def clear_static_runners(model: PreTrainedModel) -> None:
@@ -212,3 +213,12 @@ def _cache_kwarg(model_cls: type) -> str:
     """``cache`` (transformers >= 5.2x) or ``past_key_values`` (5.17), whichever ``forward`` takes."""
     params = inspect.signature(model_cls.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
+
+
+def _new_cache(cache_class: type, config, **kwargs):
+    """``cache_class(config=config, **kwargs)`` built on the host whatever the default device: transformers' cache
+    layers create small host-side tensors (a static layer's write offset, a sliding layer's window size) on the
+    default device and move them to the keys' device on first use, which fails under e.g.
+    ``torch.set_default_device("meta")``."""
+    with torch.device("cpu"):
+        return cache_class(config=config, **kwargs)
