@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 
-from transformers import GenerationConfig, PreTrainedModel
+from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 from transformers.generation.stopping_criteria import StopStringCriteria, StoppingCriteriaList
 from transformers.generation.utils import GenerationMixin
 
@@ -88,10 +88,11 @@ def generate(self, *args, flashspec: bool = False, assistant_models=None, select
     ``"dynamic"`` declines it.
 
     Raises:
-        ValueError: ``assistant_models`` or ``selector`` without ``flashspec=True``; ``flashspec=True`` without assistants, an empty list, an assistant with another vocabulary or
-            special tokens, an encoder-decoder model, beam search, an invalid γ, or an
+        ValueError: ``assistant_models`` or ``selector`` without ``flashspec=True``; ``flashspec=True`` without
+            assistants, an empty list, an assistant with another tokenizer (vocabulary sizes, or the tokens of
+            ``tokenizer`` and ``assistant_tokenizer``), an encoder-decoder model, beam search, an invalid γ, or an
             unsupported option.
-        TypeError: an assistant that is not a transformers causal LM.
+        TypeError: an assistant that is not a transformers causal LM (a masked LM, a base model, …).
     """
     if not flashspec:
         given = [k for k, v in (("assistant_models", assistant_models), ("selector", selector)) if v is not None]
@@ -123,43 +124,69 @@ def _collect_assistants(assistant_models, assistant_model) -> list:
     return assistants
 
 
-def _check_request(target: PreTrainedModel, assistants: list[PreTrainedModel], kwargs: dict) -> None:
+def _check_request(target: PreTrainedModel, assistants: list, kwargs: dict) -> None:
     if target.config.is_encoder_decoder:
         raise ValueError("flashspec supports decoder-only targets; this model is an encoder-decoder")
     for key, what in _UNSUPPORTED_KWARGS.items():
         if kwargs.get(key) not in (None, False):
             raise ValueError(f"flashspec does not support {what} ({key}=...); drop it or drop flashspec=True")
-    target_vocab = target.config.get_text_config().vocab_size
+    same_tokens = _same_tokenizer(kwargs.get("tokenizer"), kwargs.pop("assistant_tokenizer", None))
     for i, assistant in enumerate(assistants):
-        name = f"assistant_models[{i}]"
-        if isinstance(assistant, DraftSource):
-            continue
-        if not isinstance(assistant, PreTrainedModel) or assistant.get_output_embeddings() is None:
-            raise TypeError(
-                f"{name} must be a transformers causal LM (…ForCausalLM) or a flashspec_hf.PromptLookup, "
-                f"got {type(assistant).__name__}"
-            )
-        if assistant.config.is_encoder_decoder:
-            raise ValueError(f"{name} is an encoder-decoder model; drafts must be decoder-only")
-        draft_vocab = assistant.config.get_text_config().vocab_size
-        if abs(draft_vocab - target_vocab) > _VOCAB_PADDING_TOLERANCE:
-            raise ValueError(
-                f"{name} has a vocabulary of {draft_vocab} tokens, the target {target_vocab}: they do not share a "
-                "tokenizer. flashspec needs drafts with the target's tokenizer (padded vocabularies are fine)"
-            )
-        for token in ("eos_token_id", "bos_token_id", "pad_token_id"):
-            mine, theirs = _special_token(target, token), _special_token(assistant, token)
-            if None not in (mine, theirs) and mine != theirs:
-                raise ValueError(
-                    f"{name} has {token}={theirs} but the target has {mine}: they do not share a tokenizer"
-                )
+        _check_draft(target, assistant, f"assistant_models[{i}]", same_tokens)
 
 
-def _special_token(model: PreTrainedModel, name: str):
-    value = getattr(model.generation_config, name, None)
-    if value is None:
-        value = getattr(model.config.get_text_config(), name, None)
-    return value
+def _same_tokenizer(tokenizer: PreTrainedTokenizerBase | None, assistant_tokenizer: PreTrainedTokenizerBase | None):
+    """True when ``tokenizer`` (the target's) and ``assistant_tokenizer`` (the draft models') are both given and every
+    id both define stands for the same token; False when ``assistant_tokenizer`` is not given (vocabulary sizes
+    then decide).
+
+    Raises:
+        ValueError: ``assistant_tokenizer`` without ``tokenizer``, or tokenizers that give an id different tokens.
+    """
+    if assistant_tokenizer is None:
+        return False
+    if tokenizer is None:
+        raise ValueError("assistant_tokenizer is compared with the target's tokenizer: pass tokenizer=... too")
+    tokens = {i: token for token, i in tokenizer.get_vocab().items()}
+    vocab = assistant_tokenizer.get_vocab()
+    differ = [(i, tokens[i], token) for token, i in vocab.items() if tokens.get(i, token) != token]
+    if differ:
+        i, mine, theirs = min(differ)
+        raise ValueError(
+            f"tokenizer and assistant_tokenizer differ ({len(differ)} ids, e.g. id {i} is {mine!r} for the target and "
+            f"{theirs!r} for the drafts): flashspec needs drafts with the target's tokenizer (stock's universal "
+            "assisted decoding, without flashspec=True, handles different tokenizers)"
+        )
+    return True
+
+
+def _check_draft(target: PreTrainedModel, draft, name: str, same_tokens: bool) -> None:
+    """Check that ``draft`` can draft for ``target``: a :class:`~flashspec_hf.drafts.DraftSource`, or a decoder-only
+    causal LM with the target's tokenizer: the same tokens (``same_tokens``), else vocabulary sizes at most
+    :data:`_VOCAB_PADDING_TOLERANCE` apart. Special tokens and other generation settings may differ (an instruct
+    target with a base draft): only the target's are used.
+
+    Raises:
+        TypeError: not a causal LM (a base model, a masked LM, …). ValueError: an encoder-decoder model, or a
+            vocabulary of another size.
+    """
+    if isinstance(draft, DraftSource):
+        return
+    if not isinstance(draft, PreTrainedModel) or not draft.can_generate() or draft.get_output_embeddings() is None:
+        raise TypeError(
+            f"{name} must be a transformers causal LM (a …ForCausalLM model, whose can_generate() is True) or a "
+            f"flashspec_hf.DraftSource such as flashspec_hf.PromptLookup(); got a {type(draft).__name__}"
+        )
+    if draft.config.is_encoder_decoder:
+        raise ValueError(f"{name} is an encoder-decoder model; drafts must be decoder-only")
+    target_vocab = target.config.get_text_config().vocab_size
+    draft_vocab = draft.config.get_text_config().vocab_size
+    if not same_tokens and abs(draft_vocab - target_vocab) > _VOCAB_PADDING_TOLERANCE:
+        raise ValueError(
+            f"{name} has a vocabulary of {draft_vocab} tokens, the target {target_vocab}: they do not share a "
+            "tokenizer. flashspec needs drafts with the target's tokenizer (padded vocabularies are fine; pass "
+            "tokenizer= and assistant_tokenizer= to compare tokens rather than sizes)"
+        )
 
 
 def _num_assistant_tokens(args: tuple, kwargs: dict) -> int | list[int]:
