@@ -100,7 +100,7 @@ class DynamicRunner(Runner):
     def __init__(self, model: PreTrainedModel, vocab_size: int):
         super().__init__(model, vocab_size)
         self.seen = 0
-        self.cache = DynamicCache(config=model.config)
+        self.cache = _new_cache(DynamicCache, model.config)
         if any(self.cache.is_sliding) and Version(transformers.__version__) < SLIDING_WINDOW_MIN_VERSION:
             raise NotImplementedError(
                 f"{type(model).__name__} has sliding-window layers, whose cache transformers "
@@ -147,7 +147,7 @@ class StaticRunner(Runner):
                  compile_options: dict | None = None):
         super().__init__(model, vocab_size)
         self.seen = torch.zeros((), dtype=torch.long, device=device)
-        self.cache = StaticCache(config=model.config, max_cache_len=capacity)
+        self.cache = _new_cache(StaticCache, model.config, max_cache_len=capacity)
         self.dtype = model.get_input_embeddings().weight.dtype
         self.compiled = compiled_call(model, compile_options) if compile_options is not None else None
 
@@ -195,7 +195,8 @@ def compiled_call(model: PreTrainedModel, options: dict) -> object:
 def has_standard_static_layers(model: PreTrainedModel) -> bool:
     """True when every layer of the model's ``StaticCache`` is a plain :class:`StaticLayer` (no sliding window,
     no linear attention): what :class:`StaticRunner` supports."""
-    return all(type(layer) is StaticLayer for layer in StaticCache(config=model.config, max_cache_len=8).layers)
+    return all(type(layer) is StaticLayer for layer in _new_cache(StaticCache, model.config, max_cache_len=8).layers)
+
 
 
 def on_one_gpu(model: PreTrainedModel) -> bool:
@@ -210,3 +211,12 @@ def _cache_kwarg(model_cls: type) -> str:
     """``cache`` (transformers >= 5.2x) or ``past_key_values`` (5.17), whichever ``forward`` takes."""
     params = inspect.signature(model_cls.forward).parameters
     return "cache" if "cache" in params else "past_key_values"
+
+
+def _new_cache(cache_class: type, config, **kwargs):
+    """``cache_class(config=config, **kwargs)`` built on the host whatever the default device: transformers' cache
+    layers create small host-side tensors (a static layer's write offset, a sliding layer's window size) on the
+    default device and move them to the keys' device on first use, which fails under e.g.
+    ``torch.set_default_device("meta")``."""
+    with torch.device("cpu"):
+        return cache_class(config=config, **kwargs)

@@ -155,3 +155,24 @@ def test_cuda_default_falls_back_to_the_dynamic_loop_when_a_feature_needs_it():
     out = target.generate(ids, assistant_models=drafts, flashspec=True, **kw)
     assert torch.equal(out, target.generate(ids, **kw))
     assert "_flashspec_static_runners" not in target.__dict__
+
+
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_static_loop_under_default_device_cuda(do_sample):
+    """``torch.set_default_device("cuda")`` (a notebook and gpt-fast habit): host-side buffers (pinned report copies,
+    cache offsets) are created on explicit devices, so CUDA's default loop works and equals stock (issue 13 item 6;
+    sampling with top_k=1 is deterministic)."""
+    from flashspec_hf import PromptLookup
+
+    rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60], [77, 3, 51, 51, 9]]
+    kw = dict(max_new_tokens=24, do_sample=do_sample, top_k=1)
+    torch.set_default_device("cuda")
+    try:
+        target, drafts = _static_models()
+        ids, mask = left_padded(rows)
+        out = target.generate(ids, attention_mask=mask, assistant_models=[*drafts, PromptLookup()], flashspec=True,
+                              **kw)
+    finally:
+        torch.set_default_device(None)
+    assert "_flashspec_static_runners" in target.__dict__, "the static loop ran"
+    assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 24)

@@ -111,8 +111,6 @@ def test_bad_input_raises_clear_errors(target, assistants):
     _error(target, "cache_implementation='static'", assistant_models=assistants, cache_implementation="offloaded")
     _error(target, "must be a transformers causal LM", TypeError, assistant_models=[object()])
     _error(target, "do not share a tokenizer", assistant_models=[tiny_llama(layers=1, vocab=5000)])
-    other_eos = tiny_llama(layers=1, eos=7)
-    _error(target, "eos_token_id", assistant_models=[other_eos])
     _error(target, "num_assistant_tokens", assistant_models=assistants, num_assistant_tokens=0)
     _error(target, "or a list of them", assistant_models=assistants, num_assistant_tokens=[2, 0])
     _error(target, "a γ twice", assistant_models=assistants, num_assistant_tokens=[2, 2])
