@@ -19,6 +19,7 @@ out, and how steps are launched.
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable
@@ -187,9 +188,9 @@ class StaticBackend(Backend):
                                                      compile_options)
         return self.session.runners[key]
 
-    @property
+    @functools.cached_property
     def graphed(self) -> bool:
-        """Whether steps are captured: on CUDA, with every model on one GPU."""
+        """Whether steps are captured: on CUDA, with every model on one GPU (read at the first step)."""
         return self.cuda and all(on_one_gpu(r.model) for r in self.session.runners.values())
 
     def step(self, arm: int, run_step: Callable):

@@ -101,7 +101,7 @@ GENERATION_CONFIG_OPTIONS: dict[str, tuple[Option, ...]] = {
         Option(("temperature", "top_k", "top_p", "min_p", "top_h", "typical_p", "epsilon_cutoff", "eta_cutoff"),
                HONOURED, "applied to target and draft logits; draft tokens are drawn from the warped draft scores, "
                "so sampling stays exact under any warper"),
-        Option(("repetition_penalty", "encoder_repetition_penalty", "no_repeat_ngram_size", "bad_words_ids",
+        Option(("repetition_penalty", "no_repeat_ngram_size", "bad_words_ids",
                 "sequence_bias", "suppress_tokens", "begin_suppress_tokens", "exponential_decay_length_penalty",
                 "forced_bos_token_id", "forced_eos_token_id", "renormalize_logits", "remove_invalid_values"),
                HONOURED, "applied at every position to the row's own prefix, as stock applies them token by token"),
@@ -110,6 +110,10 @@ GENERATION_CONFIG_OPTIONS: dict[str, tuple[Option, ...]] = {
                "processor keeps state from call to call, which speculative steps would advance for every draft "
                "position; drop it or drop flashspec=True",
                accepts=lambda name, value: value is None or isinstance(value, (dict, WatermarkingConfig))),
+        Option(("encoder_repetition_penalty",), REFUSED,
+               "its processor keeps every row's prompt and indexes it by batch position, while flashspec calls "
+               "processors on subsets of rows: drop it or drop flashspec=True",
+               accepts=lambda name, value: value in (None, 1, 1.0)),
         Option(("guidance_scale",), REFUSED,
                "classifier-free guidance runs the model on a negative prompt and keeps that cache from call to "
                "call, which speculative steps would advance for every draft position; drop it or drop "
@@ -129,9 +133,13 @@ GENERATION_CONFIG_OPTIONS: dict[str, tuple[Option, ...]] = {
     "Special tokens": (
         Option(("pad_token_id", "bos_token_id", "eos_token_id"), HONOURED,
                "the target's; a draft's own special tokens do not matter"),
-        Option(("decoder_start_token_id", "encoder_no_repeat_ngram_size"), NO_EFFECT,
+        Option(("decoder_start_token_id",), NO_EFFECT,
                "encoder-decoder models only: no effect on a decoder-only target, as in stock (flashspec refuses "
                "encoder-decoder targets)"),
+        Option(("encoder_no_repeat_ngram_size",), REFUSED,
+               "on a decoder-only target stock bans n-grams of each row's prompt with a processor that keeps every "
+               "row's prompt and indexes it by batch position, while flashspec calls processors on subsets of rows: "
+               "drop it or drop flashspec=True"),
     ),
     "Assisted generation": (
         Option(("num_assistant_tokens",), HONOURED,

@@ -80,3 +80,14 @@ def left_padded(rows: list[list[int]], pad: int = 0) -> tuple[torch.Tensor, torc
     ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
     return ids, mask
+
+
+@pytest.fixture
+def cheap_drafts(monkeypatch):
+    """Calibrated arm costs that make every draft worth it (plain decoding 100× dearer), so that cost-aware
+    selectors draft in tests about exactness whatever this machine's timings are."""
+    import flashspec_hf.decoding
+
+    monkeypatch.setattr(flashspec_hf.decoding, "arm_costs", lambda target, sources, arms, columns, backend: [
+        100.0 if gamma == 0 else 1.0 for _, gamma in arms
+    ])

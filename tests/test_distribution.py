@@ -97,13 +97,10 @@ def test_joint_distribution_matches_target(models, temperature, top_k, top_p, ga
 
 
 @pytest.mark.parametrize("selector", sorted(SELECTORS))
-def test_every_selector_over_models_prompt_lookup_and_two_gammas_is_exact(models, selector, monkeypatch):
+def test_every_selector_over_models_prompt_lookup_and_two_gammas_is_exact(models, selector, cheap_drafts):
     """Arms (source, γ) over two models and prompt lookup (one-hot q), every named selector: the same gate. At
     10,000 rows on a CPU plain decoding is the cheapest arm; cost-aware selectors are given costs that make the
-    drafts worth it, so that drafted steps are what the gate tests."""
-    monkeypatch.setattr(flashspec_hf.decoding, "arm_costs", lambda target, sources, arms, columns, backend: [
-        100.0 if gamma == 0 else 1.0 for _, gamma in arms
-    ])
+    drafts worth it (``cheap_drafts``), so that drafted steps are what the gate tests."""
     target, drafts = models
     counts = _sample_counts(target, [*drafts, PromptLookup()], 1.0, 0, 1.0, [1, 2], selector)
     stats = target.flashspec_stats

@@ -28,7 +28,6 @@ from flashspec_hf.integration import _original_generate
 from flashspec_hf.options import GENERATE_INPUTS, GENERATION_CONFIG_OPTIONS, MODEL_INPUTS, REFUSED, render_table
 
 from .conftest import left_padded, tiny_llama
-from .test_integration import tokenizer  # noqa: F401  (fixture)
 
 ROWS = [[5, 17, 33, 8, 90, 41, 7], [12, 60]]
 DRAFT_SETTINGS = {
@@ -85,7 +84,6 @@ HONOURED = [
                                    epsilon_cutoff=3e-4, eta_cutoff=3e-4)),
     ("temperature", lambda c: dict(do_sample=True, top_k=1, top_h=0.3)),
     ("repetition_penalty", lambda c: dict(repetition_penalty=1.3)),
-    ("repetition_penalty", lambda c: dict(encoder_repetition_penalty=1.5)),
     ("repetition_penalty", lambda c: dict(no_repeat_ngram_size=2)),
     ("repetition_penalty", lambda c: dict(bad_words_ids=[[c.plain[2]], [c.plain[0], c.plain[1]]])),
     ("repetition_penalty", lambda c: dict(sequence_bias={(c.plain[0], 40): 9.0, (41,): 3.0})),
@@ -97,7 +95,7 @@ HONOURED = [
     ("return_dict_in_generate", lambda c: dict(return_dict_in_generate=True, output_scores=True, output_logits=True)),
     ("num_return_sequences", lambda c: dict(do_sample=True, top_k=1, num_return_sequences=2)),
     ("pad_token_id", lambda c: dict(pad_token_id=3, eos_token_id=c.plain[2], bos_token_id=4)),
-    ("decoder_start_token_id", lambda c: dict(decoder_start_token_id=3, encoder_no_repeat_ngram_size=2)),
+    ("decoder_start_token_id", lambda c: dict(decoder_start_token_id=3)),
     ("num_assistant_tokens", lambda c: dict(num_assistant_tokens=[1, 3])),
     ("num_assistant_tokens_schedule", lambda c: dict(num_assistant_tokens_schedule="constant")),
     ("prompt_lookup_num_tokens", lambda c: dict(prompt_lookup_num_tokens=2, max_matching_ngram_size=1)),
@@ -130,6 +128,8 @@ REFUSED_EXAMPLES = [
     ("cache_implementation", dict(cache_implementation="offloaded"), "cache_implementation='offloaded'"),
     ("watermarking_config", dict(watermarking_config=SynthIDTextWatermarkingConfig(keys=[1, 2, 3], ngram_len=3)),
      "watermarking_config"),
+    ("encoder_repetition_penalty", dict(encoder_repetition_penalty=1.5), "encoder_repetition_penalty=1.5"),
+    ("encoder_no_repeat_ngram_size", dict(encoder_no_repeat_ngram_size=2), "encoder_no_repeat_ngram_size=2"),
     ("guidance_scale", dict(guidance_scale=1.5), "guidance_scale=1.5"),
     ("token_healing", dict(token_healing=True), "token_healing=True"),
     ("output_attentions", dict(output_attentions=True), "output_attentions=True"),
@@ -256,7 +256,7 @@ def test_prompt_lookup_num_tokens_must_be_one_of_the_gammas(target, assistants):
 def test_assistant_early_exit_drafts_with_the_first_layers(target):
     target.generate(torch.tensor([[5, 17]]), max_new_tokens=8, assistant_early_exit=1, flashspec=True)
     assert target.flashspec_stats.arm_names[0].endswith("-first1")
-    with pytest.raises(ValueError, match=r"assistant_early_exit=2: depth 2 must be in \[1, 1\]"):
+    with pytest.raises(ValueError, match=r"assistant_early_exit=2: a draft of a 2-layer target keeps 1 to 1 layers"):
         target.generate(torch.tensor([[5, 17]]), max_new_tokens=4, assistant_early_exit=2, flashspec=True)
 
 

@@ -155,7 +155,8 @@ def test_sliding_window_target_batch_one_and_clear_error_for_batches():
 
 @pytest.mark.parametrize("loop", ["dynamic", "static"])
 @pytest.mark.parametrize("selector", sorted(SELECTORS))
-def test_every_selector_with_prompt_lookup_and_several_gammas_equals_stock(target, assistants, selector, loop):
+def test_every_selector_with_prompt_lookup_and_several_gammas_equals_stock(target, assistants, selector, loop,
+                                                                           cheap_drafts):
     """Arms = (source, γ) pairs over two models and prompt lookup; any selector, ragged batch, both loops (the
     static one runs Hedge's full-information selection nowhere: it refuses it): still stock output."""
     if loop == "static" and SELECTORS[selector]().full_information:

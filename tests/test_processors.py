@@ -79,14 +79,23 @@ class NoImmediateRepeat(LogitsProcessor):
 
 
 def test_classifier_free_guidance_is_refused_by_name(target, assistants):
+    """guidance_scale itself is refused by the options registry (tests/test_generate_kwargs.py); the processor
+    passed by hand is refused here, by its class name."""
+    from transformers.generation.logits_process import UnbatchedClassifierFreeGuidanceLogitsProcessor
+
+    cfg = LogitsProcessorList([UnbatchedClassifierFreeGuidanceLogitsProcessor(1.5, target)])
     with pytest.raises(ValueError, match="UnbatchedClassifierFreeGuidanceLogitsProcessor.*Drop flashspec=True"):
-        _generate(target, ROWS[:1], assistants, guidance_scale=1.5, do_sample=False, max_new_tokens=8)
+        _generate(target, ROWS[:1], assistants, logits_processor=cfg, do_sample=False, max_new_tokens=8)
 
 
 def test_synthid_watermark_is_refused_by_name(target, assistants):
+    """The config is refused by the options registry; its processor passed by hand is refused by class name."""
     config = SynthIDTextWatermarkingConfig(keys=[654, 400, 836, 123, 340], ngram_len=3)
-    with pytest.raises(ValueError, match="SynthIDTextWatermarkLogitsProcessor"):
+    with pytest.raises(ValueError, match="SynthIDTextWatermarkingConfig"):
         _generate(target, ROWS[:1], assistants, watermarking_config=config, do_sample=True, max_new_tokens=8)
+    processors = LogitsProcessorList([config.construct_processor(target.config.vocab_size, target.device)])
+    with pytest.raises(ValueError, match="SynthIDTextWatermarkLogitsProcessor"):
+        _generate(target, ROWS[:1], assistants, logits_processor=processors, do_sample=True, max_new_tokens=8)
 
 
 @pytest.mark.parametrize("loop", ["dynamic", "static"])

@@ -1,0 +1,136 @@
+"""Real prompts, B = 1, EOS on, per domain: tokens/s of stock generate with a static cache (compiled), flashspec's
+``default`` (what a user gets: the bundled drafts plus prompt lookup under the default cost-aware selector, with its
+plain-decoding arm) and every fixed arm of that pool, on the same prompts in the same run.
+
+SmolLM2-135M-Instruct (the bundled GGUF, or ``FLASHSPEC_SMOLLM2_GGUF_DIR``), held-out prompts from a corpus file
+(``{"eval": {domain: [prompt, ...]}}``, draft_release/build_distill_corpus.py), each left-padded or cut to
+``--prompt-len`` tokens so every call has one shape. Per (domain, engine): tokens/s over the domain's prompts
+(all new tokens / all seconds, after one warm-up call on the first prompt), τ, and the arms' shares for
+``default``. Writes OUT/domain_bench.csv, .png and .env.txt.
+
+    python -m benchmarks.domain_bench --corpus corpus.json.gz --out DIR
+"""
+
+import argparse
+import csv
+import gzip
+import json
+import time
+from pathlib import Path
+
+import torch
+import transformers
+
+import flashspec_hf
+from flashspec_hf import FixedArm, PromptLookup
+from flashspec_hf.models import distilled_assistants, load_target, smollm2_folder
+
+COLUMNS = ["domain", "engine", "prompts", "new_tokens", "seconds", "tok_s", "vs_static", "tau", "shares"]
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--corpus", required=True)
+    p.add_argument("--out", default=".")
+    p.add_argument("--domains", default="chat,code,prose")
+    p.add_argument("--num-prompts", type=int, default=8)
+    p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--dtype", default="bfloat16")
+    return p.parse_args()
+
+
+def engines(assistants: list) -> dict[str, dict]:
+    """generate kwargs per engine: stock static, default, and each fixed arm of the default pool."""
+    pool = [*assistants, PromptLookup()]
+    fixed = {
+        f"fixed {getattr(a, 'name', None) or a.config.name_or_path}": dict(assistant_models=pool, selector=FixedArm(i),
+                                                                          flashspec=True)
+        for i, a in enumerate(pool)
+    }
+    return {
+        "stock static": dict(cache_implementation="static"),
+        "default": dict(assistant_models=pool, selector=flashspec_hf.SELECTORS["cost_aware_discounted_thompson"](),
+                        flashspec=True),
+        **fixed,
+    }
+
+
+def timed(model, ids, mask, new_tokens, kwargs) -> tuple[torch.Tensor, float]:
+    torch.cuda.synchronize() if ids.is_cuda else None
+    start = time.perf_counter()
+    out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, **kwargs)
+    torch.cuda.synchronize() if ids.is_cuda else None
+    return out, time.perf_counter() - start
+
+
+def main():
+    args = parse_args()
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model, tokenizer = load_target(smollm2_folder(), dtype=getattr(torch, args.dtype), device=device)
+    assistants = distilled_assistants(model)
+    tokenizer.truncation_side = "left"
+    prompts = json.load(gzip.open(args.corpus, "rt"))["eval"]
+    rows = []
+    with open(out_dir / "domain_bench.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, COLUMNS)
+        writer.writeheader()
+        for domain in args.domains.split(","):
+            enc = [tokenizer([p], return_tensors="pt", padding="max_length", truncation=True,
+                             max_length=args.prompt_len).to(device) for p in prompts[domain][: args.num_prompts]]
+            static_rate = None
+            for engine, kwargs in engines(assistants).items():
+                timed(model, enc[0].input_ids, enc[0].attention_mask, args.max_new_tokens, kwargs)  # warm-up
+                new, seconds, steps, emitted, shares = 0, 0.0, 0, 0, {}
+                for e in enc:
+                    out, s = timed(model, e.input_ids, e.attention_mask, args.max_new_tokens, kwargs)
+                    new += out.shape[1] - e.input_ids.shape[1]
+                    seconds += s
+                    if kwargs.get("flashspec"):
+                        stats = model.flashspec_stats
+                        steps, emitted = steps + stats.steps, emitted + stats.new_tokens
+                        for name, share in stats.arm_share.items():
+                            shares[name] = shares.get(name, 0.0) + share * stats.steps
+                rate = new / seconds
+                static_rate = rate if engine == "stock static" else static_rate
+                row = dict(domain=domain, engine=engine, prompts=len(enc), new_tokens=new, seconds=round(seconds, 3),
+                           tok_s=round(rate, 1), vs_static=round(rate / static_rate, 3),
+                           tau=round(emitted / steps, 3) if steps else 1.0,
+                           shares=";".join(f"{k}={v / steps:.2f}" for k, v in shares.items() if v) if steps else "")
+                rows.append(row)
+                writer.writerow(row)
+                f.flush()
+                print(row, flush=True)
+    env = [f"device: {torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}",
+           f"torch {torch.__version__}, transformers {transformers.__version__}", f"date: {time.strftime('%F %H:%M')}",
+           f"SmolLM2-135M-Instruct {args.dtype}, B=1, greedy, EOS on, prompt_len={args.prompt_len} (padded/cut), "
+           f"max_new_tokens={args.max_new_tokens}, {args.num_prompts} prompts per domain"]
+    (out_dir / "domain_bench.env.txt").write_text("\n".join(env) + "\n")
+    plot(rows, out_dir / "domain_bench.png")
+
+
+def plot(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    domains = list(dict.fromkeys(r["domain"] for r in rows))
+    names = list(dict.fromkeys(r["engine"] for r in rows))
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        rates = [next((r["tok_s"] for r in rows if r["domain"] == d and r["engine"] == name), 0) for d in domains]
+        ax.bar([j + i * width for j in range(len(domains))], rates, width, label=name)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(domains))], domains)
+    ax.set(ylabel="tokens/s (B = 1, EOS on)", title="SmolLM2-135M, real prompts: default vs each fixed arm vs stock")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
