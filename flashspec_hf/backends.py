@@ -74,8 +74,8 @@ class Backend(ABC):
         """The target's runner, with the prompt fed up to its pending column."""
 
     @abstractmethod
-    def draft_runner(self, model: PreTrainedModel, columns: Columns) -> Runner:
-        """A draft model's runner (fed as far as the backend keeps draft models)."""
+    def draft_runner(self, model: PreTrainedModel, columns: Columns, source: int) -> Runner:
+        """The runner of draft source ``source`` (a model), fed as far as the backend keeps draft models."""
 
     def step(self, arm: int, run_step: Callable):
         """Launch one step of ``arm``: ``run_step(arm)`` enqueues it (and the static backend's commit)."""
@@ -111,7 +111,7 @@ class DynamicBackend(Backend):
             runner.forward(columns, columns.host_length - 1, keep=1)  # the pending column is read with the drafts
         return runner
 
-    def draft_runner(self, model: PreTrainedModel, columns: Columns) -> Runner:
+    def draft_runner(self, model: PreTrainedModel, columns: Columns, source: int) -> Runner:
         return self._runner(model)  # catches up when it first drafts
 
     def _runner(self, model: PreTrainedModel) -> DynamicRunner:
@@ -177,8 +177,8 @@ class StaticBackend(Backend):
         runner.prefill(columns, columns.start_length - 1)  # the pending column is read with the drafts
         return runner
 
-    def draft_runner(self, model: PreTrainedModel, columns: Columns) -> Runner:
-        runner = self._runner(f"draft {len(self.session.runners)}", model, columns, None)
+    def draft_runner(self, model: PreTrainedModel, columns: Columns, source: int) -> Runner:
+        runner = self._runner(f"draft {source}", model, columns, None)
         runner.prefill(columns, columns.start_length - 2)  # draft models stay two columns behind
         return runner
 

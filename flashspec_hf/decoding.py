@@ -209,8 +209,8 @@ def speculative_decode(
     sequences = Sequences(input_ids, capacity, pad_token_id, backend.buffers)
     target = backend.target_runner(model, columns)
     sources = [
-        a if isinstance(a, DraftSource) else ModelDrafts(backend.draft_runner(a, columns), vocab_size)
-        for a in assistants
+        a if isinstance(a, DraftSource) else ModelDrafts(backend.draft_runner(a, columns, i), vocab_size)
+        for i, a in enumerate(assistants)
     ]
     names = _arm_names(sources, arms, several_gammas=len(gammas) > 1)
     stats = FlashSpecStats(names, max(gammas), [g for _, g in arms])

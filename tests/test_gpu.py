@@ -75,9 +75,9 @@ def test_static_engine_with_cuda_graphs_equals_stock(disable_compile):
                               num_assistant_tokens=[2, 4], cache_implementation="static", flashspec=True,
                               disable_compile=disable_compile)
         assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 24)
-    runners = target.__dict__["_flashspec_static_runners"]
-    assert any(runner.graphs for runner in runners.values()), "the target's verification forward was graphed"
-    assert all((runner.compiled is None) == disable_compile for runner in runners.values())
+    (session,) = target.__dict__["_flashspec_static_sessions"].values()
+    assert session.graphs, "steps were captured as CUDA graphs"
+    assert (session.runners["target"].compiled is None) == disable_compile
 
 
 @pytest.mark.parametrize("do_sample", [False, True])
@@ -154,7 +154,7 @@ def test_cuda_default_falls_back_to_the_dynamic_loop_when_a_feature_needs_it():
     kw = dict(max_new_tokens=20, do_sample=False, repetition_penalty=1.3)
     out = target.generate(ids, assistant_models=drafts, flashspec=True, **kw)
     assert torch.equal(out, target.generate(ids, **kw))
-    assert "_flashspec_static_runners" not in target.__dict__
+    assert "_flashspec_static_sessions" not in target.__dict__
 
 
 @pytest.mark.parametrize("do_sample", [False, True])
@@ -174,5 +174,5 @@ def test_static_loop_under_default_device_cuda(do_sample):
                               **kw)
     finally:
         torch.set_default_device(None)
-    assert "_flashspec_static_runners" in target.__dict__, "the static loop ran"
+    assert "_flashspec_static_sessions" in target.__dict__, "the static loop ran"
     assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 24)

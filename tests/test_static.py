@@ -116,6 +116,7 @@ def test_static_sessions_are_kept_per_set_up_and_dropped_when_parameters_change(
     (first,) = sessions().values()
     _flash(model, assistants, PROMPTS, max_new_tokens=8, **STATIC)
     assert list(sessions().values()) == [first]
+    assert len(first.runners) == 1 + len(assistants), "the second call reused the first call's runners"
     _flash(model, assistants, PROMPTS[:2], max_new_tokens=8, **STATIC)  # another batch size: another set-up
     assert len(sessions()) == 2
     with torch.no_grad():
