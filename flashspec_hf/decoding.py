@@ -38,7 +38,7 @@ from .runners import Runner
 from .selection import Selector, make_selector
 from .sequences import Groups, Sequences
 from .stats import FlashSpecStats
-from .stopping import Stopping, eos_ids, other_criteria
+from .stopping import Stopping, eos_ids, max_new_tokens, other_criteria
 from .verification import verify
 
 _step_guard = contextlib.nullcontext  # wraps each step's enqueueing; the GPU test makes it forbid synchronisation
@@ -203,9 +203,10 @@ def speculative_decode(
         static, model, assistants, arms, processing, stopping_criteria, streamer, recorder, selector,
         generation_config, pad_token_id, batch_size, vocab_size, device,
     )
+    limit = max_new_tokens(stopping_criteria, generation_config.max_length, prompt_length)
+    capacity = backend.capacity(prompt_length, limit)
+    columns = backend.columns(input_ids, attention_mask, capacity, limit)  # picks the backend's buffers
     stopping = Stopping(stopping_criteria, generation_config.max_length, prompt_length, backend.buffers)
-    capacity = backend.capacity(prompt_length, stopping.max_new_tokens)
-    columns = backend.columns(input_ids, attention_mask, capacity, stopping.max_new_tokens)
     sequences = Sequences(input_ids, capacity, pad_token_id, backend.buffers)
     target = backend.target_runner(model, columns)
     sources = [
@@ -259,7 +260,7 @@ def _backend(static, model, assistants, arms, processing, stopping_criteria, str
     if not _use_static(static, device, models, processing, criteria, streamer, recorder, selector):
         return DynamicBackend(batch_size, vocab_size, gammas, device)
     # what a captured step depends on besides the tensors it reads: the session key
-    sources = tuple((type(a).__name__, id(a), repr(vars(a)) if isinstance(a, DraftSource) else "") for a in assistants)
+    sources = tuple((type(a).__name__, repr(vars(a))) if isinstance(a, DraftSource) else id(a) for a in assistants)
     warpers = tuple((type(w).__name__, repr(vars(w))) for w in processing.warpers)
     eos = eos_ids(stopping_criteria)
     compile_options = _compile_options(generation_config)

@@ -33,10 +33,9 @@ class Stopping:
         self, stopping_criteria: StoppingCriteriaList, default_max_length: int, prompt_length: int, buffers: Buffers
     ):
         eos = eos_ids(stopping_criteria)
-        lengths = [c.max_length for c in stopping_criteria if isinstance(c, MaxLengthCriteria)]
         self.criteria = other_criteria(stopping_criteria)
         self.eos = buffers.like("stopping.eos", eos.to(buffers.device)) if eos is not None else None
-        self.max_new_tokens = min(lengths, default=default_max_length) - prompt_length
+        self.max_new_tokens = max_new_tokens(stopping_criteria, default_max_length, prompt_length)
         self.limit = buffers.full("stopping.limit", (), self.max_new_tokens, torch.long)
 
     def cut(
@@ -93,3 +92,10 @@ def eos_ids(stopping_criteria: StoppingCriteriaList) -> torch.Tensor | None:
     """int64 ``[E]``: the EOS ids of every ``EosTokenCriteria`` (generate's or the user's), or None."""
     ids = [c.eos_token_id.flatten() for c in stopping_criteria if isinstance(c, EosTokenCriteria)]
     return torch.cat(ids) if ids else None
+
+
+def max_new_tokens(stopping_criteria: StoppingCriteriaList, default_max_length: int, prompt_length: int) -> int:
+    """Tokens each row may generate: the smallest ``MaxLengthCriteria.max_length`` (else ``default_max_length``)
+    minus the prompt's ``L`` columns."""
+    lengths = [c.max_length for c in stopping_criteria if isinstance(c, MaxLengthCriteria)]
+    return min(lengths, default=default_max_length) - prompt_length

@@ -204,3 +204,25 @@ def test_selectors_see_their_own_choices_while_outcomes_are_in_flight():
     ucb = UCB1()
     ucb.reset(3)
     assert [ucb.choose() for _ in range(4)] == [0, 1, 2, 0]  # no outcome yet: the least chosen waiting arm
+
+
+def test_a_kept_session_reads_the_same_state_tensors_every_call(assistants, monkeypatch):
+    """A captured step replays on the memory it captured: every state tensor a step reads (columns, sequences,
+    limits, flags) must be the session's kept one, the same in every call of the set-up."""
+    import flashspec_hf.decoding
+
+    seen = []
+    original = flashspec_hf.decoding.Stopping
+
+    def recording(*args, **kwargs):
+        stopping = original(*args, **kwargs)
+        seen.append((stopping.limit, stopping.eos))
+        return stopping
+
+    monkeypatch.setattr(flashspec_hf.decoding, "Stopping", recording)
+    model = tiny_llama(layers=2, seed=4, peak=8.0)
+    for rows in (PROMPTS, [row[::-1] for row in PROMPTS]):  # other prompts, same shapes: the same session
+        _flash(model, assistants, rows, max_new_tokens=8, **STATIC)
+    (session,) = model.__dict__["_flashspec_static_sessions"].values()
+    kept = session.buffers.kept
+    assert all(limit is kept["stopping.limit"] and eos is kept["stopping.eos"] for limit, eos in seen)
