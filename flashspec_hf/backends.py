@@ -81,12 +81,14 @@ class Backend(ABC):
         """Launch one step of ``arm``: ``run_step(arm)`` enqueues it (and the static backend's commit)."""
         return run_step(arm)
 
-    @abstractmethod
-    def commit(self, columns: Columns, output: torch.Tensor, num_accepted: torch.Tensor, gamma: int,
-               report: Report | None) -> None:
-        """Append the verified step to ``columns`` (``output`` int64 ``[B, γ + 1]``, ``num_accepted`` int64
-        ``[B]``) and bring every runner back to the committed columns, after the step's report was read (``report``
-        is that step's when :attr:`in_flight` is 0). The static backend commits inside the step instead."""
+    def commit_in_step(self, columns: Columns, output: torch.Tensor, num_accepted: torch.Tensor, gamma: int) -> None:
+        """The step's last act: append the verified block to ``columns`` when the backend needs no host knowledge
+        for it (``output`` int64 ``[B, γ + 1]``, ``num_accepted`` int64 ``[B]``); part of a captured step."""
+
+    def commit_after_report(self, columns: Columns, output: torch.Tensor, num_accepted: torch.Tensor,
+                            report: Report | None) -> None:
+        """Append the verified block once the step's report was read (``report`` is that step's when
+        :attr:`in_flight` is 0), and bring every runner back to the committed columns."""
 
 
 class DynamicBackend(Backend):
@@ -121,7 +123,7 @@ class DynamicBackend(Backend):
         self.runners.append(runner)
         return runner
 
-    def commit(self, columns, output, num_accepted, gamma, report) -> None:
+    def commit_after_report(self, columns, output, num_accepted, report) -> None:
         most = max(report.accepted)
         columns.commit(output, num_accepted, most + 1, holes=min(report.accepted) < most)
         for runner in self.runners:
@@ -134,7 +136,7 @@ class StaticSession:
 
     def __init__(self, device: torch.device):
         self.buffers = Buffers(device, keep=True)
-        self.runners: dict[object, StaticRunner] = {}  # "target" or id(draft model) -> runner
+        self.runners: dict[str, StaticRunner] = {}  # "target" or "draft <source index>" -> runner
         self.graphs: dict[int, tuple] = {}  # arm -> (CUDA graph, the step's outputs)
         self.uses = Counter()  # arm -> steps launched
         self.pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None
@@ -144,7 +146,7 @@ class StaticBackend(Backend):
     """Static caches, ``γ + 1`` columns per step, device-side offsets, whole-step CUDA graphs (module docstring).
 
     Args:
-        target: the target model (sessions are kept on it).
+        models: the target (sessions are kept on it), then the draft models.
         set_up: what a captured step depends on besides the tensors it reads (arms, processors' settings, EOS
             count, …): the session key, with the batch size and capacity.
         compile_options: ``torch.compile`` arguments for the target's forwards inside steps (CUDA only), or None
@@ -154,10 +156,10 @@ class StaticBackend(Backend):
     in_flight = MAX_IN_FLIGHT
 
     def __init__(self, batch_size: int, vocab_size: int, gammas: list[int], device: torch.device,
-                 target: PreTrainedModel, set_up: tuple, compile_options: dict | None = None):
+                 models: list[PreTrainedModel], set_up: tuple, compile_options: dict | None = None):
         super().__init__(batch_size, vocab_size, gammas, device)
         self.cuda = device.type == "cuda"
-        self.target, self.set_up = target, set_up
+        self.models, self.set_up = models, set_up
         self.compile_options = compile_options if self.cuda else None
         self.session: StaticSession | None = None
 
@@ -166,7 +168,7 @@ class StaticBackend(Backend):
         return -(-needed // CAPACITY_STEP) * CAPACITY_STEP if self.cuda else needed
 
     def columns(self, input_ids, attention_mask, capacity, max_new_tokens) -> Columns:
-        self.session = _kept_session(self.target, (self.batch_size, capacity, *self.set_up), self.device)
+        self.session = _kept_session(self.models[0], (self.batch_size, capacity, *self.set_up), self.device, self.models)
         self.buffers = self.session.buffers
         lead = 2 - input_ids.shape[1] if input_ids.shape[1] < 2 else 0  # draft models stay two columns behind
         return Columns(input_ids, attention_mask, capacity, max_new_tokens, self.buffers, track_host_length=False,
@@ -209,20 +211,16 @@ class StaticBackend(Backend):
         graph.replay()
         return outputs
 
-    def commit(self, columns, output, num_accepted, gamma, report) -> None:
-        """Nothing after the report: the step committed itself (:meth:`commit_in_step`)."""
+    def commit_in_step(self, columns, output, num_accepted, gamma) -> None:
+        columns.commit(output, num_accepted, gamma + 1)  # γ + 1 columns: no host knowledge needed
 
     @staticmethod
-    def commit_in_step(columns: Columns, output: torch.Tensor, num_accepted: torch.Tensor, gamma: int) -> None:
-        """The step's own commit: ``γ + 1`` columns, no host knowledge needed (captured with the step)."""
-        columns.commit(output, num_accepted, gamma + 1)
-
-    @staticmethod
-    def unsupported(models: list[PreTrainedModel], contextual: bool, criteria: bool, streamer, recording: bool,
+    def unsupported(models: list[PreTrainedModel], capture_safe: bool, criteria: bool, streamer, recording: bool,
                     full_information: bool) -> str | None:
         """The first feature of a call that the static backend does not support (a phrase), or None."""
         problems = {
-            "prefix-dependent logits processors (repetition penalty, n-gram bans, min length, …)": contextual,
+            "logits processors other than temperature, top-k, top-p, min-p, typical, epsilon and renormalisation "
+            "(repetition penalty, n-gram bans, min length, top-h, eta, …)": not capture_safe,
             "stopping criteria other than EOS and length (stop strings, custom criteria)": criteria,
             "a streamer": streamer is not None,
             "return_dict_in_generate with scores or logits": recording,
@@ -230,15 +228,18 @@ class StaticBackend(Backend):
             "sliding-window, linear-attention or other non-standard cache layers": not all(
                 has_standard_static_layers(m) for m in models
             ),
+            "attention implementations other than sdpa and eager (its 4D masks)": any(
+                getattr(m.config, "_attn_implementation", None) not in (None, "sdpa", "eager") for m in models
+            ),
         }
         return next((what for what, present in problems.items() if present), None)
 
 
-def _kept_session(target: PreTrainedModel, key: tuple, device: torch.device) -> StaticSession:
+def _kept_session(target: PreTrainedModel, key: tuple, device: torch.device, models: list) -> StaticSession:
     """The static session kept on ``target`` for ``key`` (new if none; least recently used dropped beyond
-    :data:`KEPT_SESSIONS`). All are dropped when the target's parameters change (new tensors, dtype or device),
-    since a graph replays the memory it captured."""
-    fingerprint = tuple((p.data_ptr(), p.dtype, p.device) for p in target.parameters())
+    :data:`KEPT_SESSIONS`). All are dropped when the parameters of the target or of a draft model change (new
+    tensors, dtype or device), since a graph replays the memory it captured."""
+    fingerprint = parameters_fingerprint(models)
     if target.__dict__.get("_flashspec_static_fingerprint") != fingerprint:
         clear_static_sessions(target)
         target.__dict__["_flashspec_static_fingerprint"] = fingerprint
@@ -248,6 +249,11 @@ def _kept_session(target: PreTrainedModel, key: tuple, device: torch.device) -> 
     while len(sessions) > KEPT_SESSIONS:
         sessions.pop(next(iter(sessions)))
     return session
+
+
+def parameters_fingerprint(models: list[PreTrainedModel]) -> tuple:
+    """Address, dtype and device of every parameter of ``models``: equal only while their weights stay put."""
+    return tuple((p.data_ptr(), p.dtype, p.device) for model in models for p in model.parameters())
 
 
 def clear_static_sessions(model: PreTrainedModel) -> None:

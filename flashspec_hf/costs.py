@@ -1,11 +1,13 @@
 """Arm costs for cost-aware selection: the seconds of one step of each arm, calibrated once per set-up.
 
 An arm's step costs one target forward over ``γ + 1`` columns plus, for a draft model, ``γ`` one-column draft
-forwards (prompt lookup and plain decoding draft for free). Each forward is timed through the call's own runners
-(CUDA graphs included) on columns past the committed ones, then rewound, so nothing the call computes changes.
-The table is kept on the target model per set-up (backend, batch size, device, draft models, arms): later calls
-decide from the same numbers, so with ``torch.manual_seed`` they repeat exactly; only the first call of a set-up
-pays the calibration (a few forwards per model).
+forwards (prompt lookup and plain decoding draft for free), plus, on the static backend, one ``γ + 1``-column
+forward of every other draft model (which it keeps current). Each forward is timed eagerly through the call's own
+runners (the compiled target included; not inside a CUDA graph, so launch overheads count more than in a captured
+step) on columns past the committed ones, then rewound, so nothing the call computes changes. The table is kept on
+the target per set-up (backend, batch size, device, models and their weights, arms): later calls decide from the
+same numbers, so with ``torch.manual_seed`` they repeat exactly; only the first call of a set-up pays the
+calibration (a few forwards per model).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import time
 import torch
 
 from .columns import Columns
+from .backends import parameters_fingerprint
 from .drafts import DraftSource, ModelDrafts
 from .runners import Runner
 
@@ -36,20 +39,29 @@ def arm_costs(
     Returns:
         seconds per step, one per arm.
     """
-    models = tuple(id(s.runner.model) if isinstance(s, ModelDrafts) else type(s).__name__ for s in sources)
-    key = (backend, columns.tokens.shape[0], str(columns.tokens.device), models, tuple(arms))
+    drafts = {s: source.runner for s, source in enumerate(sources) if isinstance(source, ModelDrafts)}
+    models = [target.model, *(runner.model for runner in drafts.values())]
+    key = (backend, columns.tokens.shape[0], str(columns.tokens.device), tuple(type(s).__name__ for s in sources),
+           tuple(arms), parameters_fingerprint(models))
     kept = target.model.__dict__.setdefault("_flashspec_arm_costs", {})
     if key not in kept:
-        kept[key] = _calibrate(target, sources, arms, columns)
+        kept[key] = _calibrate(target, drafts, arms, columns, keeps_current=backend == "StaticBackend")
     return kept[key]
 
 
-def _calibrate(target: Runner, sources: list[DraftSource], arms: list[tuple[int, int]], columns: Columns) -> list[float]:
-    target_seconds = {g: forward_seconds(target, columns, g + 1, keep=g + 1) for g in {g for _, g in arms}}
-    draft_seconds = {
-        s: forward_seconds(sources[s].runner, columns, 1, keep=1) for s, _ in arms if isinstance(sources[s], ModelDrafts)
+def _calibrate(target: Runner, drafts: dict[int, Runner], arms: list[tuple[int, int]], columns: Columns,
+               keeps_current: bool) -> list[float]:
+    gammas = {g for _, g in arms}
+    target_seconds = {g: forward_seconds(target, columns, g + 1, keep=g + 1) for g in gammas}
+    draft_seconds = {s: forward_seconds(runner, columns, 1, keep=1) for s, runner in drafts.items()}
+    current_seconds = {  # (source, γ) -> a forward keeping the source current on a step it did not draft
+        (s, g): forward_seconds(runner, columns, g + 1, keep=1) if keeps_current else 0.0
+        for s, runner in drafts.items() for g in gammas
     }
-    return [target_seconds[g] + g * draft_seconds.get(s, 0.0) for s, g in arms]
+    return [
+        target_seconds[g] + g * draft_seconds.get(s, 0.0) + sum(current_seconds[o, g] for o in drafts if o != s)
+        for s, g in arms
+    ]
 
 
 def forward_seconds(runner: Runner, columns: Columns, width: int, keep: int) -> float:

@@ -16,8 +16,8 @@ Nothing in a step waits for the device; the backend decides when reports are rea
 from __future__ import annotations
 
 import contextlib
+import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -29,7 +29,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 from .backends import Backend, DynamicBackend, StaticBackend
 from .columns import Columns
 from .costs import arm_costs
-from .drafts import DraftContext, DraftSource, ModelDrafts, PlainDecoding, score_arms
+from .drafts import DraftContext, DraftSource, ModelDrafts, PlainDecoding, PromptLookup, score_arms
 from .kernels.reference import PLACEHOLDER_TOKEN_ID
 from .outputs import Recorder
 from .processing import LogitsProcessing
@@ -74,7 +74,7 @@ class Run:
     recorder: Recorder
     finished: torch.Tensor  # bool [B], updated in place
     groups: Groups  # rows by tokens generated (kept current only when processors or criteria need them)
-    commit_in_step: Callable | None  # the static backend's commit, part of the step (None: after the report)
+    backend: Backend
 
     @property
     def columns(self) -> Columns:
@@ -103,12 +103,11 @@ def speculative_step(run: Run, arm: int) -> Step:
     run.sequences.append(output, num_emitted)
     if run.recorder.active:
         run.recorder.add(target_scores, logits, num_emitted)
-    if run.commit_in_step is not None:
-        run.commit_in_step(run.columns, output, num_accepted, gamma)
+    run.backend.commit_in_step(run.columns, output, num_accepted, gamma)
     return Step(arm, gamma, output, num_accepted, num_emitted, was_finished, finished, num_new_before)
 
 
-def decode(run: Run, backend: Backend, streamer=None) -> None:
+def decode(run: Run, streamer=None) -> None:
     """Run steps until every row is finished (at most ``max_new_tokens`` steps: each emits a token per active row).
 
     With a backend that reads each report at once, the host features run after each step: the processors' row
@@ -118,11 +117,11 @@ def decode(run: Run, backend: Backend, streamer=None) -> None:
     for _ in range(run.stopping.max_new_tokens):
         arm, start = run.reports.choose()
         with _step_guard():  # enqueues the whole step; nothing here waits for the device
-            step = backend.step(arm, lambda a: speculative_step(run, a))
+            step = run.backend.step(arm, lambda a: speculative_step(run, a))
             run.reports.add(arm, step.gamma, start, step.num_accepted, step.num_emitted, step.was_finished, step.finished)
-        done = run.reports.read(backend.in_flight)
-        backend.commit(run.columns, step.output, step.num_accepted, step.gamma, run.reports.last)
-        if not backend.in_flight:
+        done = run.reports.read(run.backend.in_flight)
+        run.backend.commit_after_report(run.columns, step.output, step.num_accepted, run.reports.last)
+        if not run.backend.in_flight:
             _host_features(run, step, streamer, host_groups)
         if done:
             break
@@ -206,7 +205,7 @@ def speculative_decode(
     limit = max_new_tokens(stopping_criteria, generation_config.max_length, prompt_length)
     capacity = backend.capacity(prompt_length, limit)
     columns = backend.columns(input_ids, attention_mask, capacity, limit)  # picks the backend's buffers
-    stopping = Stopping(stopping_criteria, generation_config.max_length, prompt_length, backend.buffers)
+    stopping = Stopping(stopping_criteria, limit, backend.buffers)
     sequences = Sequences(input_ids, capacity, pad_token_id, backend.buffers)
     target = backend.target_runner(model, columns)
     sources = [
@@ -232,12 +231,12 @@ def speculative_decode(
         recorder=recorder,
         finished=finished,
         groups=groups,
-        commit_in_step=StaticBackend.commit_in_step if isinstance(backend, StaticBackend) else None,
+        backend=backend,
     )
     if selector.cost_aware:
         selector.set_costs(arm_costs(target, sources, arms, columns, type(backend).__name__))
     stats.setup_seconds = time.perf_counter() - start
-    decode(run, backend, streamer)
+    decode(run, streamer)
 
     stats.new_tokens = sum(sequences.num_new_host)
     stats.seconds = time.perf_counter() - start
@@ -259,14 +258,15 @@ def _backend(static, model, assistants, arms, processing, stopping_criteria, str
     criteria = other_criteria(stopping_criteria)
     if not _use_static(static, device, models, processing, criteria, streamer, recorder, selector):
         return DynamicBackend(batch_size, vocab_size, gammas, device)
-    # what a captured step depends on besides the tensors it reads: the session key
-    sources = tuple((type(a).__name__, repr(vars(a))) if isinstance(a, DraftSource) else id(a) for a in assistants)
+    # what a captured step depends on besides the tensors it reads: the session key (sources with tensors of
+    # their own, such as a user's DraftSource, by identity; models by identity, their weights by fingerprint)
+    sources = tuple(repr(vars(a)) if isinstance(a, (PromptLookup, PlainDecoding)) else id(a) for a in assistants)
     warpers = tuple((type(w).__name__, repr(vars(w))) for w in processing.warpers)
     eos = eos_ids(stopping_criteria)
     compile_options = _compile_options(generation_config)
     set_up = (sources, tuple(arms), warpers, generation_config.do_sample, pad_token_id,
-              None if eos is None else eos.numel(), repr(compile_options))
-    return StaticBackend(batch_size, vocab_size, gammas, device, model, set_up, compile_options)
+              None if eos is None else eos.numel(), repr(compile_options), os.environ.get("FLASHSPEC_VERIFIER"))
+    return StaticBackend(batch_size, vocab_size, gammas, device, models, set_up, compile_options)
 
 
 def _use_static(static: bool | None, device: torch.device, models, processing, criteria, streamer, recorder,
@@ -280,7 +280,7 @@ def _use_static(static: bool | None, device: torch.device, models, processing, c
     if static is False or (static is None and device.type != "cuda"):
         return False
     unsupported = StaticBackend.unsupported(
-        models, bool(processing.contextual), bool(criteria), streamer, recorder.active, selector.full_information
+        models, processing.capture_safe, bool(criteria), streamer, recorder.active, selector.full_information
     )
     if static and unsupported:
         raise ValueError(

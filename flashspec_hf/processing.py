@@ -69,6 +69,19 @@ _CONTEXT_FREE = (
     LogitNormalization,
 )
 
+CAPTURE_SAFE_WARPERS = (
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+    MinPLogitsWarper,
+    TypicalLogitsWarper,
+    EpsilonLogitsWarper,
+    LogitNormalization,
+)
+"""Warpers whose work is device-only and whose settings are host numbers: a CUDA graph can capture them (top-h and
+eta build a ``torch.distributions.Categorical``, whose argument check reads the device; eta also keeps a tensor
+made per call)."""
+
 STATELESS_PROCESSORS = frozenset(
     {
         *_CONTEXT_FREE,
@@ -124,6 +137,11 @@ class LogitsProcessing:
             split -= 1
         self.contextual = processors[:split]
         self.warpers = processors[split:]
+
+    @property
+    def capture_safe(self) -> bool:
+        """True when every processor is a warper of :data:`CAPTURE_SAFE_WARPERS` (what the static backend runs)."""
+        return not self.contextual and all(type(w) in CAPTURE_SAFE_WARPERS for w in self.warpers)
 
     @property
     def is_identity(self) -> bool:

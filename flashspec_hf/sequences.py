@@ -64,5 +64,5 @@ class Sequences:
 
     def result(self) -> torch.Tensor:
         """``sequences`` as stock generate returns them: int64 ``[B, L + max generated]``, pad-filled (once every
-        step's counts are on the host)."""
-        return self.buffer[:, : self.prompt_length + max(self.num_new_host)]
+        step's counts are on the host); a copy, since the buffer may be kept for the next call."""
+        return self.buffer[:, : self.prompt_length + max(self.num_new_host)].clone()

@@ -20,8 +20,7 @@ class Stopping:
 
     Args:
         stopping_criteria: the list generate prepared.
-        default_max_length: ``generation_config.max_length`` (used when no ``MaxLengthCriteria`` is given).
-        prompt_length: ``L``, columns of the left-padded prompt.
+        max_new_tokens: tokens each row may generate (:func:`max_new_tokens`).
         buffers: where the EOS ids and the limit live (:class:`~flashspec_hf.buffers.Buffers`).
 
     Attributes:
@@ -29,13 +28,11 @@ class Stopping:
             an int64 ``[]`` device tensor (what steps read); criteria: the rest.
     """
 
-    def __init__(
-        self, stopping_criteria: StoppingCriteriaList, default_max_length: int, prompt_length: int, buffers: Buffers
-    ):
+    def __init__(self, stopping_criteria: StoppingCriteriaList, max_new_tokens: int, buffers: Buffers):
         eos = eos_ids(stopping_criteria)
         self.criteria = other_criteria(stopping_criteria)
         self.eos = buffers.like("stopping.eos", eos.to(buffers.device)) if eos is not None else None
-        self.max_new_tokens = max_new_tokens(stopping_criteria, default_max_length, prompt_length)
+        self.max_new_tokens = max_new_tokens
         self.limit = buffers.full("stopping.limit", (), self.max_new_tokens, torch.long)
 
     def cut(

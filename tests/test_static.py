@@ -7,7 +7,7 @@ import torch
 
 from flashspec_hf import FixedArm, Hedge, PromptLookup, RoundRobin
 
-from .conftest import tiny_llama
+from .conftest import left_padded, tiny_llama
 from .test_distribution import ALPHA, _exact, _p_value, _sample_counts, _warpers
 from .test_distribution import models  # noqa: F401  (fixture)
 from .test_greedy import PROMPTS, _flash, _stock
@@ -45,7 +45,7 @@ def test_joint_distribution_matches_target(models, monkeypatch, temperature, top
 @pytest.mark.parametrize(
     "kwargs, what",
     [
-        (dict(repetition_penalty=1.3), "prefix-dependent logits processors"),
+        (dict(repetition_penalty=1.3), "logits processors other than"),
         (dict(selector=Hedge()), "full-information selector"),
         (dict(return_dict_in_generate=True, output_scores=True), "scores or logits"),
     ],
@@ -53,6 +53,15 @@ def test_joint_distribution_matches_target(models, monkeypatch, temperature, top
 def test_unsupported_features_raise(target, assistants, kwargs, what):
     with pytest.raises(ValueError, match=what):
         _flash(target, assistants, [PROMPTS[0]], max_new_tokens=4, **STATIC, **kwargs)
+
+
+@pytest.mark.parametrize("warper", [dict(eta_cutoff=3e-4), dict(top_h=0.5)])
+def test_warpers_a_captured_step_cannot_run_are_refused(target, assistants, warper):
+    """Top-h and eta check a Categorical's arguments on the host: a CUDA graph cannot capture that read."""
+    ids, mask = left_padded(PROMPTS)
+    with pytest.raises(ValueError, match="top-h, eta"):
+        target.generate(ids, attention_mask=mask, do_sample=True, max_new_tokens=4, assistant_models=assistants,
+                        flashspec=True, **warper, **STATIC)
 
 
 def test_unknown_cache_implementation_raises(target, assistants):
@@ -226,3 +235,20 @@ def test_a_kept_session_reads_the_same_state_tensors_every_call(assistants, monk
     (session,) = model.__dict__["_flashspec_static_sessions"].values()
     kept = session.buffers.kept
     assert all(limit is kept["stopping.limit"] and eos is kept["stopping.eos"] for limit, eos in seen)
+
+
+def test_returned_sequences_outlive_the_next_call(target, assistants):
+    """The kept session refills its buffers on the next call: a returned tensor must not be a view of them."""
+    first = _flash(target, assistants, PROMPTS, max_new_tokens=8, **STATIC)
+    kept = first.clone()
+    _flash(target, assistants, [row[::-1] for row in PROMPTS], max_new_tokens=8, **STATIC)
+    assert torch.equal(first, kept)
+
+
+def test_a_draft_whose_weights_change_gets_a_new_session(assistants):
+    model = tiny_llama(layers=2, seed=4, peak=8.0)
+    draft = tiny_llama(layers=1, seed=5, peak=8.0)
+    _flash(model, [draft], PROMPTS, max_new_tokens=8, **STATIC)
+    draft.to(torch.float64)  # same set-up, new draft weights: the kept runner's cache no longer fits
+    got = _flash(model, [draft], PROMPTS, max_new_tokens=8, **STATIC)
+    assert torch.equal(got[0], _stock(model, PROMPTS[0], max_new_tokens=8))
