@@ -48,11 +48,11 @@ def test_costs_are_calibrated_once_per_set_up(target, assistants):
 def test_the_plain_arm_wins_when_drafts_cannot_pay(target, monkeypatch):
     """A draft that never agrees with the target costs time and yields nothing: the cost-aware selector settles on
     plain decoding (one target token per step), and the output is still stock's. The costs are set (a drafted step
-    twice a plain one): a tiny model's timings on a busy CPU are too noisy to test the choice with."""
+    five plain ones): a tiny model's timings on a busy CPU are too noisy to test the choice with."""
     import flashspec_hf.decoding
 
     monkeypatch.setattr(flashspec_hf.decoding, "arm_costs", lambda target, sources, arms, columns, backend: [
-        1.0 if gamma == 0 else 2.0 for _, gamma in arms
+        1.0 if gamma == 0 else 5.0 for _, gamma in arms
     ])
     contrary = tiny_llama(layers=1, seed=11, peak=8.0)
     with torch.no_grad():
