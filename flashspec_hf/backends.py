@@ -81,14 +81,12 @@ class Backend(ABC):
         """Launch one step of ``arm``: ``run_step(arm)`` enqueues it (and the static backend's commit)."""
         return run_step(arm)
 
-    def commit_in_step(self, columns: Columns, output: torch.Tensor, num_accepted: torch.Tensor, gamma: int) -> None:
-        """The step's last act: append the verified block to ``columns`` when the backend needs no host knowledge
-        for it (``output`` int64 ``[B, γ + 1]``, ``num_accepted`` int64 ``[B]``); part of a captured step."""
-
-    def commit_after_report(self, columns: Columns, output: torch.Tensor, num_accepted: torch.Tensor,
-                            report: Report | None) -> None:
-        """Append the verified block once the step's report was read (``report`` is that step's when
-        :attr:`in_flight` is 0), and bring every runner back to the committed columns."""
+    @abstractmethod
+    def commit(self, columns: Columns, output: torch.Tensor, num_accepted: torch.Tensor, gamma: int,
+               report: Report | None) -> None:
+        """Append the verified step to ``columns`` (``output`` int64 ``[B, γ + 1]``, ``num_accepted`` int64
+        ``[B]``) and bring every runner back to the committed columns, after the step's report was read (``report``
+        is that step's when :attr:`in_flight` is 0). The static backend commits inside the step instead."""
 
 
 class DynamicBackend(Backend):
@@ -123,7 +121,7 @@ class DynamicBackend(Backend):
         self.runners.append(runner)
         return runner
 
-    def commit_after_report(self, columns, output, num_accepted, report) -> None:
+    def commit(self, columns, output, num_accepted, gamma, report) -> None:
         most = max(report.accepted)
         columns.commit(output, num_accepted, most + 1, holes=min(report.accepted) < most)
         for runner in self.runners:
@@ -211,8 +209,13 @@ class StaticBackend(Backend):
         graph.replay()
         return outputs
 
-    def commit_in_step(self, columns, output, num_accepted, gamma) -> None:
-        columns.commit(output, num_accepted, gamma + 1)  # γ + 1 columns: no host knowledge needed
+    def commit(self, columns, output, num_accepted, gamma, report) -> None:
+        """Nothing after the report: the step committed itself (:meth:`commit_in_step`)."""
+
+    @staticmethod
+    def commit_in_step(columns: Columns, output: torch.Tensor, num_accepted: torch.Tensor, gamma: int) -> None:
+        """The step's own commit: ``γ + 1`` columns, no host knowledge needed (captured with the step)."""
+        columns.commit(output, num_accepted, gamma + 1)
 
     @staticmethod
     def unsupported(models: list[PreTrainedModel], capture_safe: bool, criteria: bool, streamer, recording: bool,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -74,7 +75,7 @@ class Run:
     recorder: Recorder
     finished: torch.Tensor  # bool [B], updated in place
     groups: Groups  # rows by tokens generated (kept current only when processors or criteria need them)
-    backend: Backend
+    commit_in_step: Callable | None  # the static backend's commit, part of the step (None: after the report)
 
     @property
     def columns(self) -> Columns:
@@ -103,11 +104,12 @@ def speculative_step(run: Run, arm: int) -> Step:
     run.sequences.append(output, num_emitted)
     if run.recorder.active:
         run.recorder.add(target_scores, logits, num_emitted)
-    run.backend.commit_in_step(run.columns, output, num_accepted, gamma)
+    if run.commit_in_step is not None:
+        run.commit_in_step(run.columns, output, num_accepted, gamma)
     return Step(arm, gamma, output, num_accepted, num_emitted, was_finished, finished, num_new_before)
 
 
-def decode(run: Run, streamer=None) -> None:
+def decode(run: Run, backend: Backend, streamer=None) -> None:
     """Run steps until every row is finished (at most ``max_new_tokens`` steps: each emits a token per active row).
 
     With a backend that reads each report at once, the host features run after each step: the processors' row
@@ -117,11 +119,11 @@ def decode(run: Run, streamer=None) -> None:
     for _ in range(run.stopping.max_new_tokens):
         arm, start = run.reports.choose()
         with _step_guard():  # enqueues the whole step; nothing here waits for the device
-            step = run.backend.step(arm, lambda a: speculative_step(run, a))
+            step = backend.step(arm, lambda a: speculative_step(run, a))
             run.reports.add(arm, step.gamma, start, step.num_accepted, step.num_emitted, step.was_finished, step.finished)
-        done = run.reports.read(run.backend.in_flight)
-        run.backend.commit_after_report(run.columns, step.output, step.num_accepted, run.reports.last)
-        if not run.backend.in_flight:
+        done = run.reports.read(backend.in_flight)
+        backend.commit(run.columns, step.output, step.num_accepted, step.gamma, run.reports.last)
+        if not backend.in_flight:
             _host_features(run, step, streamer, host_groups)
         if done:
             break
@@ -231,12 +233,12 @@ def speculative_decode(
         recorder=recorder,
         finished=finished,
         groups=groups,
-        backend=backend,
+        commit_in_step=StaticBackend.commit_in_step if isinstance(backend, StaticBackend) else None,
     )
     if selector.cost_aware:
         selector.set_costs(arm_costs(target, sources, arms, columns, type(backend).__name__))
     stats.setup_seconds = time.perf_counter() - start
-    decode(run, streamer)
+    decode(run, backend, streamer)
 
     stats.new_tokens = sum(sequences.num_new_host)
     stats.seconds = time.perf_counter() - start

@@ -53,14 +53,12 @@ class Runner:
     def forward(self, columns: Columns, width: int, keep: int) -> torch.Tensor:
         """Feed columns ``[seen, seen + width)``; logits ``[B, keep, V_model]`` (model dtype, model device) of the
         last ``keep`` of them. Afterwards ``seen`` is ``width`` larger."""
-        logits = self._forward(columns, *self._read(columns, self.seen, width), keep)
+        ids, positions = columns.read(self.seen, width)  # [B, w] each
+        if self.max_token is not None:
+            ids = ids.masked_fill(ids > self.max_token, 0)
+        logits = self._forward(columns, ids, positions, keep)
         self.seen += width
         return logits
-
-    def _read(self, columns: Columns, start: int | torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Token ids (those the model has no embedding for as 0) and positions, int64 ``[B, width]`` each."""
-        ids, positions = columns.read(start, width)
-        return (ids if self.max_token is None else ids.masked_fill(ids > self.max_token, 0)), positions
 
     def catch_up(self, columns: Columns) -> torch.Tensor:
         """Feed the columns not seen yet, up to the pending one; logits ``[B, 1, V_model]`` of the pending one."""
@@ -171,7 +169,10 @@ class StaticRunner(Runner):
         """Feed the first ``width`` columns of a call, eagerly (its width changes from call to call)."""
         self.rewind(0)
         if width > 0:
-            self._call(*self._read(columns, 0, width), columns.attention_mask_4d(0, width, self.dtype), self.cache, 1)
+            ids, positions = columns.read(0, width)
+            if self.max_token is not None:
+                ids = ids.masked_fill(ids > self.max_token, 0)
+            self._call(ids, positions, columns.attention_mask_4d(0, width, self.dtype), self.cache, 1)
             self.seen.fill_(width)
 
     def _forward(self, columns, ids, positions, keep) -> torch.Tensor:
