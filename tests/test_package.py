@@ -1,6 +1,9 @@
 """The package's shape: no import cycle among its modules, no private name used across modules."""
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import flashspec_hf
@@ -97,3 +100,13 @@ def test_the_checks_see_a_lazy_cycle_and_a_private_import(tmp_path, monkeypatch)
     imports = _imports()
     assert _cycles(imports) == [["flashspec_hf.a", "flashspec_hf.b", "flashspec_hf.a"]]
     assert _private(imports) == ["flashspec_hf.a line 1 takes _helper from flashspec_hf.b"]
+
+
+def test_importing_the_package_first_makes_openmp_threads_wait_passively():
+    """Set before torch loads OpenMP (flashspec_hf/openmp.py); a policy the user chose is kept."""
+    code = "import os, flashspec_hf, torch; print(os.environ['OMP_WAIT_POLICY'], torch.get_num_threads() > 0)"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    for given, want in ((None, "PASSIVE True"), ("ACTIVE", "ACTIVE True")):
+        run_env = env if given is None else {**env, "OMP_WAIT_POLICY": given}
+        out = subprocess.run([sys.executable, "-c", code], env=run_env, capture_output=True, text=True, check=True)
+        assert out.stdout.strip() == want
