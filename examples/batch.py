@@ -1,21 +1,36 @@
 """Batch > 1 with left padding: rows accept different numbers of draft tokens per step (stock assisted generation
-refuses batch > 1). Each greedy row equals what plain generate gives for it alone.
+refuses batch > 1). Each greedy row equals what plain generate gives for it alone; both engines are timed.
 
 Run: python examples/batch.py
 """
 
+import flashspec_hf  # first, before torch: adds flashspec=True to generate (and sets OpenMP's wait policy)
+
+import time
+
 import torch
 
-import flashspec_hf  # noqa: F401
 from flashspec_hf.models import distilled_assistants, load_target
 
 model, tokenizer = load_target()  # pads on the left
-prompts = ["The capital of France is", "def add(a, b):\n    return", "Once upon a time, in a small village,"]
+questions = ["Hi! How are you doing today?", "What is your favourite season, and why?", "Can you recommend a good book?"]
+prompts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
+           for q in questions]  # an instruct model: each question as one user turn
 inputs = tokenizer(prompts, return_tensors="pt", padding=True)
+assistants = distilled_assistants(model)
 
-flash = model.generate(**inputs, max_new_tokens=32, do_sample=False,
-                       assistant_models=distilled_assistants(model), flashspec=True)
-plain = model.generate(**inputs, max_new_tokens=32, do_sample=False)
+
+def timed(**kwargs):
+    """(sequences, wall seconds) of one greedy generate call on the batch."""
+    start = time.perf_counter()
+    out = model.generate(**inputs, max_new_tokens=48, do_sample=False, **kwargs)
+    return out, time.perf_counter() - start
+
+
+timed(assistant_models=assistants, flashspec=True)  # warm-up: a process's first call pays one-off costs
+plain, plain_seconds = timed()
+flash, flash_seconds = timed(assistant_models=assistants, flashspec=True)
 for text in tokenizer.batch_decode(flash[:, inputs["input_ids"].shape[1]:], skip_special_tokens=True):
     print(repr(text))
-print("identical to plain generate:", torch.equal(flash, plain), " tau:", round(model.flashspec_stats.tau, 2))
+print(f"identical to plain generate: {torch.equal(flash, plain)}  tau: {model.flashspec_stats.tau:.2f}  "
+      f"plain {plain_seconds:.2f} s, flashspec {flash_seconds:.2f} s: {plain_seconds / flash_seconds:.2f}x")

@@ -33,6 +33,7 @@ Glossary (every module's names follow it):
   :mod:`flashspec_hf.backends`); *runner*: one model's forward over the columns with its own KV cache.
 """
 
+from . import openmp  # noqa: F401  (first: OpenMP reads its wait policy when torch loads)
 from .drafts import DraftSource, PromptLookup
 from .evaluation.report import Evaluation
 from .evaluation.run import evaluate

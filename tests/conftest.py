@@ -3,7 +3,10 @@ interpreter on CPU."""
 
 import os
 
-import torch
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # what importing flashspec_hf sets (flashspec_hf/openmp.py),
+# here before torch loads OpenMP: spinning threads make every test many times slower on a shared CPU
+
+import torch  # noqa: E402
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # the Triton kernel runs on CPU tensors (before triton loads)

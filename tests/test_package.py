@@ -1,6 +1,8 @@
 """The package's shape: no import cycle among its modules, no private name used across modules."""
 
 import ast
+import os
+import runpy
 from pathlib import Path
 
 import flashspec_hf
@@ -97,3 +99,18 @@ def test_the_checks_see_a_lazy_cycle_and_a_private_import(tmp_path, monkeypatch)
     imports = _imports()
     assert _cycles(imports) == [["flashspec_hf.a", "flashspec_hf.b", "flashspec_hf.a"]]
     assert _private(imports) == ["flashspec_hf.a line 1 takes _helper from flashspec_hf.b"]
+
+
+
+def test_openmp_threads_wait_passively_unless_the_environment_says_otherwise(monkeypatch):
+    """``flashspec_hf/openmp.py`` sets the policy, and the package imports it before any module that imports torch
+    (OpenMP reads it when torch loads); a policy the environment already has is kept."""
+    imports = [n for n in ast.parse((ROOT / "__init__.py").read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert imports[0].level == 1 and imports[0].module is None and [a.name for a in imports[0].names] == ["openmp"]
+    for given, want in ((None, "PASSIVE"), ("ACTIVE", "ACTIVE")):
+        if given is None:
+            monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+        else:
+            monkeypatch.setenv("OMP_WAIT_POLICY", given)
+        runpy.run_path(str(ROOT / "openmp.py"))
+        assert os.environ["OMP_WAIT_POLICY"] == want
