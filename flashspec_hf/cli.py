@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, NoReturn
 
+import datasets
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -47,11 +48,17 @@ class Parser(argparse.ArgumentParser):
 @contextmanager
 def user_errors(prog: str) -> Iterator[None]:
     """Inside the block, a ValueError, OSError (a missing file or model included) or ImportError is a problem with
-    the user's input: it ends the program through :func:`fail` (one line, exit status 2)."""
+    the user's input: it ends the program through :func:`fail` (one line, exit status 2). ``datasets``' progress
+    bars are off inside it (a first read of a prompt set prints "Generating train split" otherwise)."""
+    shown = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()
     try:
         yield
     except (ValueError, OSError, ImportError) as error:
         fail(prog, error)
+    finally:
+        if shown:
+            datasets.enable_progress_bars()
 
 
 def positive_int(text: str) -> int:
