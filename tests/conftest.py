@@ -3,7 +3,7 @@ interpreter on CPU."""
 
 import os
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # what importing flashspec_hf sets (flashspec_hf/openmp.py),
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # what importing flashspec_hf sets on a busy CPU (openmp.py),
 # here before torch loads OpenMP: spinning threads make every test many times slower on a shared CPU
 
 import torch  # noqa: E402
