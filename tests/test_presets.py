@@ -177,7 +177,7 @@ def test_real_qwen_decodes_exactly_with_its_drafts(qwen_installed):
     """Converted once (bf16, a few minutes), then cached; greedy flashspec with the preset's drafts equals stock."""
     target, tokenizer = load_target(QWEN, dtype=torch.bfloat16)
     assert target.config.num_hidden_layers == 28 and target.config.vocab_size == 151_936
-    assert tokenizer.eos_token_id == 151_645 and tokenizer.chat_template and tokenizer.padding_side == "left"
+    assert target.generation_config.eos_token_id == 151_645 and tokenizer.chat_template
     drafts = early_exit_assistants(target, PRESETS[QWEN].early_exit_depths) + [PromptLookup()]
     turn = [{"role": "user", "content": "Write a Python function that checks whether a number is prime."}]
     inputs = tokenizer(tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True),
@@ -197,5 +197,5 @@ def test_converted_smollm2_equals_transformers_own_gguf_loading(tmp_path):
     ours = AutoModelForCausalLM.from_pretrained(folder).state_dict()
     theirs = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).state_dict()
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    assert tokenizer.chat_template and tokenizer.eos_token == "<|im_end|>"
+    tokenizer = AutoTokenizer.from_pretrained(folder)  # its eos_token differs by transformers version; ids do not
+    assert tokenizer.chat_template and tokenizer.convert_ids_to_tokens(2) == "<|im_end|>" and len(tokenizer) == 49_152
