@@ -170,14 +170,15 @@ def load_models(
         OSError: the model cannot be found or read (FileNotFoundError: a preset's packages are not installed).
         ValueError: a depth not below the target's layer count, or distilled drafts for a target that has none.
     """
-    kind, depths = choose_assistants(args.model, args.assistants, args.depths)  # before the model loads
+    kind, which = choose_assistants(args.model, args.assistants, args.depths)  # before the model loads
     target, tokenizer = load_target(args.model, dtype=getattr(torch, args.dtype), device=args.device)
-    assistants = distilled_assistants(target) if kind == "distilled" else early_exit_assistants(target, depths)
+    assistants = distilled_assistants(target, which) if kind == "distilled" else early_exit_assistants(target, which)
     return target, tokenizer, assistants + ([PromptLookup()] if args.prompt_lookup else [])
 
 
-def choose_assistants(model: str, kind: str, depths: tuple[int, ...] | None) -> tuple[str, tuple[int, ...]]:
-    """The drafts a command line builds for ``--model``: ``("distilled", ())`` or ``("early-exit", depths)``.
+def choose_assistants(model: str, kind: str, depths: tuple[int, ...] | None) -> tuple[str, tuple]:
+    """The drafts a command line builds for ``--model``: ``("distilled", names)`` (the preset's
+    :attr:`~flashspec_hf.models.Preset.bundled`) or ``("early-exit", depths)``.
 
     ``kind`` ``"auto"`` is ``"distilled"`` for a preset with bundled drafts, else ``"early-exit"``; ``depths``
     None is the preset's :attr:`~flashspec_hf.models.Preset.early_exit_depths` (2,4,8 for other models).
@@ -186,9 +187,9 @@ def choose_assistants(model: str, kind: str, depths: tuple[int, ...] | None) -> 
         ValueError: ``"distilled"`` for a model without bundled drafts.
     """
     preset = PRESETS.get(model)
-    bundled = bool(preset and preset.bundled)
+    bundled = preset.bundled if preset else ()
     if kind == "distilled" and not bundled:
         raise ValueError(f"no distilled drafts are bundled for {model}: use --assistants early-exit (or auto)")
     if kind == "distilled" or (kind == "auto" and bundled):
-        return "distilled", ()
+        return "distilled", bundled
     return "early-exit", depths or (preset.early_exit_depths if preset else (2, 4, 8))

@@ -171,7 +171,7 @@ def test_choose_assistants():
     qwen_depths = PRESETS[QWEN].early_exit_depths
     assert cli.choose_assistants(QWEN, "auto", None) == ("early-exit", qwen_depths)
     assert cli.choose_assistants(QWEN, "early-exit", (2, 6)) == ("early-exit", (2, 6))
-    assert cli.choose_assistants("smollm2-135m", "auto", (2, 6)) == ("distilled", ())
+    assert cli.choose_assistants("smollm2-135m", "auto", (2, 6)) == ("distilled", PRESETS["smollm2-135m"].bundled)
     assert cli.choose_assistants("smollm2-135m", "early-exit", None) == ("early-exit", (2, 4, 8))
     assert cli.choose_assistants("org/other-model", "auto", None) == ("early-exit", (2, 4, 8))
     with pytest.raises(ValueError, match=f"no distilled drafts are bundled for {QWEN}: use --assistants early-exit"):
