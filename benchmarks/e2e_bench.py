@@ -135,9 +135,9 @@ def build_tinyllama(args, device, dtype):
 
 def build_smollm2(args, device, dtype):
     """The real SmolLM2-135M target, its bundled distilled assistants, real prompts left-padded ([B, L] each)."""
-    from flashspec_hf.models import distilled_assistants, load_target, smollm2_folder
+    from flashspec_hf.models import distilled_assistants, load_target
 
-    model, tokenizer = load_target(smollm2_folder(), dtype=dtype, device=str(device))
+    model, tokenizer = load_target(dtype=dtype, device=str(device))
     model = reload(model, device, args) if args.nf4 or args.device_map else model
     assistants = distilled_assistants(model)
     model.generation_config.eos_token_id = None

@@ -1,5 +1,5 @@
 """Write model_cards/smollm2-*.md for the bundled assistants from their training records (which hold the
-acceptance measured on the H200 by draft_release/distill_smollm2.py), the CPU acceptance in
+acceptance measured on the H200 by draft_release/distill_drafts.py), the CPU acceptance in
 benchmarks/results/acceptance_cpu.json (benchmarks/acceptance_cpu.py) and the runs compared in
 draft_release/results/distill_h200.json: python -m draft_release.write_model_cards"""
 
@@ -16,7 +16,7 @@ held_out = ("the first {n} chitchat conversations with at least 3 turns, in the 
 g, c = h200["setup"], cpu["setup"]
 gpu_setup = (f"Held-out prompts ({held_out.format(n=24, last=23)}), greedy, γ = 4, 64 new tokens, fp32 target on an "
              f"{g['gpu']}, torch {g['torch']}, transformers {g['transformers']}, {g['date']} "
-             "(`draft_release/distill_smollm2.py`, `flashspec_hf.evaluation.run.acceptance`).")
+             "(`draft_release/distill_drafts.py`, `flashspec_hf.evaluation.run.acceptance`).")
 n = c["prompts_per_domain"]
 cpu_setup = (f"The same measurement on CPU ({c['machine']}, fp32, {held_out.format(n=n, last=n - 1)}), "
              f"torch {c['torch']}, transformers {c['transformers']}, {c['date']} (`benchmarks/acceptance_cpu.py`).")

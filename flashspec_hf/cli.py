@@ -23,7 +23,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from .data import builtin_prompts_available
 from .drafts import PromptLookup
 from .evaluation.inputs import chat_formatted
-from .models import distilled_assistants, early_exit_assistants, load_target
+from .models import DEFAULT_TARGET, PRESETS, distilled_assistants, early_exit_assistants, load_target
 from .selection import SELECTORS, Selector
 
 if TYPE_CHECKING:
@@ -115,13 +115,16 @@ def add_run_args(p: argparse.ArgumentParser, num_prompts: int | None) -> None:
     p.add_argument("--fresh-selector", action="store_true",
                    help="a new selector for every prompt (default: one selector learns across all prompts of the "
                         "run, as in a server)")
-    p.add_argument("--assistants", default="distilled", choices=["distilled", "early-exit"],
-                   help="the bundled distilled drafts (default) or early-exit copies of the target's first layers")
-    p.add_argument("--depths", type=layer_counts, default=(2, 4, 8),
-                   help="layers of each early-exit assistant (default 2,4,8)")
+    p.add_argument("--assistants", default="auto", choices=["auto", "distilled", "early-exit"],
+                   help="auto (default): the target's bundled distilled drafts where it has them (SmolLM2), else "
+                        "early-exit copies of its first layers; distilled; early-exit")
+    depths = ", ".join(f"{','.join(map(str, p.early_exit_depths))} for {name}" for name, p in PRESETS.items())
+    p.add_argument("--depths", type=layer_counts,
+                   help=f"layers of each early-exit assistant (default: {depths}, else 2,4,8)")
     p.add_argument("--prompt-lookup", action=argparse.BooleanOptionalAction, default=True,
                    help="prompt lookup (model-free n-gram drafts) in the pool (default: yes)")
-    p.add_argument("--model", help="target hub name or folder (default: the bundled SmolLM2-135M-Instruct)")
+    p.add_argument("--model", default=DEFAULT_TARGET,
+                   help=f"target: a preset ({', '.join(PRESETS)}; default {DEFAULT_TARGET}), a hub name or a folder")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
 
@@ -168,14 +171,32 @@ def load_models(
     args: argparse.Namespace,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, list[PreTrainedModel | PromptLookup]]:
     """``(target, tokenizer, assistants)`` from :func:`add_run_args`' ``--model``, ``--dtype``, ``--device``,
-    ``--assistants``, ``--depths`` and ``--prompt-lookup``.
+    ``--assistants``, ``--depths`` and ``--prompt-lookup``: see :func:`choose_assistants`.
 
     Raises:
-        OSError: the model cannot be found or read. ValueError: a depth not below the target's layer count.
+        OSError: the model cannot be found or read (FileNotFoundError: a preset's packages are not installed).
+        ValueError: a depth not below the target's layer count, or distilled drafts for a target that has none.
     """
+    kind, which = choose_assistants(args.model, args.assistants, args.depths)  # before the model loads
     target, tokenizer = load_target(args.model, dtype=getattr(torch, args.dtype), device=args.device)
-    if args.assistants == "distilled":
-        assistants = distilled_assistants(target)
-    else:
-        assistants = early_exit_assistants(target, args.depths)
+    assistants = distilled_assistants(target, which) if kind == "distilled" else early_exit_assistants(target, which)
     return target, tokenizer, assistants + ([PromptLookup()] if args.prompt_lookup else [])
+
+
+def choose_assistants(model: str, kind: str, depths: tuple[int, ...] | None) -> tuple[str, tuple]:
+    """The drafts a command line builds for ``--model``: ``("distilled", names)`` (the preset's
+    :attr:`~flashspec_hf.models.Preset.bundled`) or ``("early-exit", depths)``.
+
+    ``kind`` ``"auto"`` is ``"distilled"`` for a preset with bundled drafts, else ``"early-exit"``; ``depths``
+    None is the preset's :attr:`~flashspec_hf.models.Preset.early_exit_depths` (2,4,8 for other models).
+
+    Raises:
+        ValueError: ``"distilled"`` for a model without bundled drafts.
+    """
+    preset = PRESETS.get(model)
+    bundled = preset.bundled if preset else ()
+    if kind == "distilled" and not bundled:
+        raise ValueError(f"no distilled drafts are bundled for {model}: use --assistants early-exit (or auto)")
+    if kind == "distilled" or (kind == "auto" and bundled):
+        return "distilled", bundled
+    return "early-exit", depths or (preset.early_exit_depths if preset else (2, 4, 8))

@@ -381,7 +381,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--output", required=True,
                    help="folder to write; an interrupted run there made from the same settings and corpus resumes "
                         "from its checkpoint.pt, a finished one is left as it is, any other run is refused")
-    p.add_argument("--model", help="target hub name or folder (default: the bundled SmolLM2-135M-Instruct)")
+    p.add_argument("--model", help="target: a preset (smollm2-135m, the default; qwen2.5-coder-1.5b), a hub name "
+                                   "or a folder")
     p.add_argument("--num-layers", type=positive_int, default=2)
     p.add_argument("--intermediate-size", type=positive_int, default=768,
                    help="MLP width of the draft layers (at most the target's)")

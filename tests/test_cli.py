@@ -1,15 +1,18 @@
 """flashspec-demo and flashspec-eval on bad input (the same one-line errors, before any model loads), on prompt files
-(the chat template by default, --raw-prompts), and the demo's table width."""
+(the chat template by default, --raw-prompts), the demo's table width, and --model / --dtype / --assistants (each
+model's drafts chosen for it)."""
 
 import copy
 import json
 import re
 
 import pytest
+import torch
 from datasets import Dataset
 
-from flashspec_hf import demo, eval_cli
+from flashspec_hf import cli, demo, eval_cli
 from flashspec_hf.evaluation.inputs import chat_formatted
+from flashspec_hf.models import PRESETS
 
 CLIS = {"flashspec-demo": (demo, "--prompts"), "flashspec-eval": (eval_cli, "--data-files")}
 TEMPLATE = ("{% for m in messages %}<s> w3 {{ m['content'] }} </s>{% endfor %}"
@@ -142,3 +145,43 @@ def test_the_demo_table_fits_a_terminal_with_every_figure():
             for j, arm in enumerate(arms):
                 alpha = "-" if arm == "prompt_lookup" else f"{0.1 * (j + 1) + i:.2f}"
                 assert table[i * len(arms) + j][-3:] == [arm, alpha, "25%"]
+
+
+QWEN = "qwen2.5-coder-1.5b"
+
+
+@pytest.mark.parametrize("module", [demo, eval_cli])
+def test_model_and_dtype_reach_load_target_and_drafts_are_chosen_per_model(module, monkeypatch):
+    args = module.parse_args(["--model", QWEN, "--dtype", "bfloat16"])
+    assert (args.model, args.dtype, args.assistants, args.depths) == (QWEN, "bfloat16", "auto", None)
+    seen = []
+
+    def load_target(name, dtype, device):
+        seen.append((name, dtype))
+        raise OSError("stop here")
+
+    monkeypatch.setattr(cli, "load_target", load_target)
+    with pytest.raises(OSError, match="stop here"):
+        cli.load_models(args)
+    assert seen == [(QWEN, torch.bfloat16)]
+    assert module.parse_args([]).model == "smollm2-135m"
+
+
+def test_choose_assistants():
+    qwen_depths = PRESETS[QWEN].early_exit_depths
+    assert cli.choose_assistants(QWEN, "auto", None) == ("early-exit", qwen_depths)
+    assert cli.choose_assistants(QWEN, "early-exit", (2, 6)) == ("early-exit", (2, 6))
+    assert cli.choose_assistants("smollm2-135m", "auto", (2, 6)) == ("distilled", PRESETS["smollm2-135m"].bundled)
+    assert cli.choose_assistants("smollm2-135m", "early-exit", None) == ("early-exit", (2, 4, 8))
+    assert cli.choose_assistants("org/other-model", "auto", None) == ("early-exit", (2, 4, 8))
+    with pytest.raises(ValueError, match=f"no distilled drafts are bundled for {QWEN}: use --assistants early-exit"):
+        cli.choose_assistants(QWEN, "distilled", None)
+
+
+def test_distilled_drafts_for_qwen_are_refused_before_it_loads(monkeypatch, capsys):
+    monkeypatch.setattr(cli, "load_target", lambda *a, **k: pytest.fail("the target was loaded"))
+    with pytest.raises(SystemExit) as exit_info:
+        demo.main(["--model", QWEN, "--assistants", "distilled", "--num-prompts", "1"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (f"flashspec-demo: error: no distilled drafts are bundled for {QWEN}: use "
+                                       "--assistants early-exit (or auto)\n")

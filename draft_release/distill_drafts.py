@@ -1,11 +1,14 @@
-"""Distil assistants of SmolLM2-135M-Instruct on a GPU and measure their acceptance on held-out prompts.
+"""Distil assistants of a preset target on a GPU and measure their acceptance on held-out prompts.
 
 Run on the device by draft_release/gpu_distill.sh (the GGUF, the gguf wheel and the corpus built by
-draft_release/build_distill_corpus.py travel in .carry). Environment: ``VARIANTS`` (``LAYERSxWIDTH`` list, default
-``2x768``), ``DOMAINS`` (default ``chat,code,general``), ``DISTILL_STEPS``, ``NEW_TOKENS`` (tokens the target adds
-to each training prompt). The target's greedy continuations are cached in /tmp across calls of a warm machine.
-Writes to $OUT: ``results.json`` (training records and τ/α per evaluation domain, fp32 target, greedy, γ = 4,
-64 new tokens) and one tar per assistant (its compact folder and training record).
+draft_release/build_distill_corpus.py travel in .carry). Environment: ``TARGET`` (a preset of
+``flashspec_hf.models.PRESETS``, default ``smollm2-135m``), ``NAME_PREFIX`` (the drafts are named
+``<prefix>-<domain>``, default ``smollm2``), ``DTYPE`` (the target's, default ``float32``), ``VARIANTS``
+(``LAYERSxWIDTH`` list, default ``2x768``), ``DOMAINS`` (default ``chat,code,general``), ``DISTILL_STEPS``,
+``NEW_TOKENS`` (tokens the target adds to each training prompt), ``CONT_BATCH`` (prompts per ``generate`` call for
+those continuations, default 384). The target's greedy continuations are cached in /tmp across calls of a warm
+machine. Writes to $OUT: ``results.json`` (training records and τ/α per evaluation domain, greedy, γ = 4, 64 new
+tokens) and one tar per assistant (its compact folder and training record).
 """
 
 import gzip
@@ -24,20 +27,24 @@ import flashspec_hf  # noqa: F401
 from flashspec_hf.compact import load_compact
 from flashspec_hf.distill import distill, target_continuations
 from flashspec_hf.evaluation.run import acceptance
-from flashspec_hf.models import load_target
+from flashspec_hf.models import PRESETS, load_target
 
+TARGET = os.environ.get("TARGET", "smollm2-135m")
+PREFIX = os.environ.get("NAME_PREFIX", "smollm2")
+DTYPE = os.environ.get("DTYPE", "float32")
+CONT_BATCH = int(os.environ.get("CONT_BATCH", 384))
 STEPS = int(os.environ.get("DISTILL_STEPS", 4000))
 NEW_TOKENS = int(os.environ.get("NEW_TOKENS", 96))
 VARIANTS = [tuple(map(int, v.split("x"))) for v in os.environ.get("VARIANTS", "2x768").split(",")]
 DOMAINS = os.environ.get("DOMAINS", "chat,code,general").split(",")
-CACHE = Path(f"/tmp/fs_continuations_{NEW_TOKENS}.json.gz")  # the corpus is fixed: one cache per length
+CACHE = Path(f"/tmp/fs_continuations_{TARGET}_{NEW_TOKENS}.json.gz")  # the corpus is fixed: one per target, length
 DEVICE = os.environ.get("DEVICE", "cuda")  # cpu for a smoke run
 RAW_TEXT = os.environ.get("RAW_TEXT", "0") == "1"  # 1: also train on the raw corpus
 out = Path(os.environ["OUT"])
 corpus = json.load(gzip.open(sys.argv[1], "rt"))
 results_path = out / "results.json"
 results = {
-    "gpu": torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE,
+    "gpu": torch.cuda.get_device_name() if DEVICE == "cuda" else DEVICE, "target": TARGET, "dtype": DTYPE,
     "torch": torch.__version__, "transformers": transformers.__version__, "date": time.strftime("%Y-%m-%d"),
     "steps": STEPS, "new_tokens": NEW_TOKENS, "raw_text": RAW_TEXT, "drafts": {},
 }
@@ -54,7 +61,7 @@ def continuations(target, tokenizer) -> dict[str, list[str]]:
     t0, generated = time.time(), {}
     for domain in ("chat", "code"):
         prompts = corpus[domain]["prompts"]
-        generated[domain] = target_continuations(target, tokenizer, prompts, NEW_TOKENS, batch_size=384)
+        generated[domain] = target_continuations(target, tokenizer, prompts, NEW_TOKENS, batch_size=CONT_BATCH)
         print(domain, len(generated[domain]), "continued", round(time.time() - t0), "s", flush=True)
     results["continuations_seconds"] = round(time.time() - t0, 1)
     with gzip.open(CACHE, "wt") as f:
@@ -62,7 +69,7 @@ def continuations(target, tokenizer) -> dict[str, list[str]]:
     return generated
 
 
-target, tokenizer = load_target(dtype=torch.float32, device=DEVICE)
+target, tokenizer = load_target(TARGET, dtype=getattr(torch, DTYPE), device=DEVICE)
 generated = continuations(target, tokenizer)
 texts = {d: (corpus[d]["texts"] if RAW_TEXT else []) + generated[d] for d in ("chat", "code")}
 texts["general"] = texts["chat"][::2] + texts["code"][::2]
@@ -76,13 +83,13 @@ data = {
 }
 for layers, width in VARIANTS:
     for domain in DOMAINS:
-        name, tag = f"smollm2-{domain}", f"{layers}x{width}-{domain}"
+        name, tag = f"{PREFIX}-{domain}", f"{layers}x{width}-{domain}"
         folder = Path(f"/tmp/drafts/{tag}")
         shutil.rmtree(folder, ignore_errors=True)  # distill() refuses a folder holding another configuration
         t0 = time.time()
         distill(target, tokenizer, texts[domain], folder, num_layers=layers, intermediate_size=width, vocab_size=8192,
                 steps=STEPS, batch_size=32, seq_len=256, lr=1e-3, top_k=64, progress=False,
-                card={"name": name, "domain": domain, "data": data[domain], "base_model": "SmolLM2-135M-Instruct"})
+                card={"name": name, "domain": domain, "data": data[domain], "base_model": PRESETS[TARGET].model})
         record = json.loads((folder / "training.json").read_text())
         record["wall_seconds"] = round(time.time() - t0, 1)
         draft = load_compact(folder / "compact", target, name=name)
