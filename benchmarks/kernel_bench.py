@@ -1,6 +1,7 @@
 """Verification cost per speculative step: the Triton kernel (``verify_triton``), the PyTorch reference
 (``verify_greedy_reference`` / ``verify_sampling_reference``), flashspec's dispatch (``verification.verify``, which
-draws the sampling noise itself) and stock transformers' own verification.
+draws the seed or the noise itself) and stock transformers' own verification. Sampling: the kernel draws its
+uniforms and Gumbel noise in-kernel from an int64 ``[1]`` seed; the reference is given ``torch.rand`` noise.
 
 Times are medians in µs (``triton.testing.do_bench``, L2 flushed between runs; on CPU a perf_counter median).
 ``floor_us`` is the time to read the logits once at the measured device-to-device copy bandwidth: target
@@ -29,6 +30,7 @@ import transformers
 import triton
 from transformers.generation.utils import _speculative_sampling
 
+from flashspec_hf.kernels.philox import draw_seed
 from flashspec_hf.kernels.reference import draw_noise, verify_greedy_reference, verify_sampling_reference
 from flashspec_hf.kernels.rejection_sampler import verify_triton
 from flashspec_hf.verification import verify
@@ -105,12 +107,12 @@ def providers(mode, target, tokens, draft, noise):
             "verify": (lambda: verify(target, tokens, None), "flashspec dispatch"),
             "stock": (lambda: stock_greedy(target, tokens), loop),
         }
-    u, g = noise  # [B, γ], [B, V]
+    seed, u, g = noise  # [1], [B, γ], [B, V]
     draft_f32 = draft.float()  # [B, γ, V]
     return {
-        "triton": (lambda: verify_triton(target, tokens, draft, u, g), "noise drawn outside"),
+        "triton": (lambda: verify_triton(target, tokens, draft, seed), "seed drawn outside, noise in-kernel"),
         "torch": (lambda: verify_sampling_reference(target, tokens, draft, u, g), "noise drawn outside"),
-        "verify": (lambda: verify(target, tokens, draft), "flashspec dispatch, draws noise"),
+        "verify": (lambda: verify(target, tokens, draft), "flashspec dispatch, draws seed (noise on torch)"),
         "stock": (lambda: stock_sampling(target, tokens, draft_f32), loop),
     }
 
@@ -168,7 +170,7 @@ def main():
             target = torch.randn(batch, gamma + 1, vocab, device=device).to(dtype)  # [B, γ+1, V]
             draft = torch.randn(batch, gamma, vocab, device=device).to(dtype)  # [B, γ, V]
             tokens = torch.randint(0, vocab, (batch, gamma), device=device)  # [B, γ]
-            noise = draw_noise(batch, gamma, vocab, device)
+            noise = (draw_seed(device), *draw_noise(batch, gamma, vocab, device))  # [1], [B, γ], [B, V]
             read = target.numel() + (draft.numel() if mode == "sampling" else 0)
             floor_us = read * target.element_size() / bandwidth
             for name, (fn, note) in providers(mode, target, tokens, draft, noise).items():

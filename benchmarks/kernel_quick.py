@@ -1,9 +1,11 @@
-"""Quick verification-kernel timing on CUDA (the full study is the performance issue's): Triton kernel vs the
-PyTorch reference, µs (median, triton.testing.do_bench), printed as CSV."""
+"""Quick verification-kernel timing on CUDA (the full study is the performance issue's): Triton kernel (sampling: its
+randomness drawn in-kernel from a seed tensor) vs the PyTorch reference (given ``torch.rand`` noise), µs (median,
+triton.testing.do_bench), printed as CSV."""
 
 import torch
 import triton
 
+from flashspec_hf.kernels.philox import draw_seed
 from flashspec_hf.kernels.reference import draw_noise, verify_greedy_reference, verify_sampling_reference
 from flashspec_hf.kernels.rejection_sampler import verify_triton
 
@@ -15,12 +17,13 @@ for mode in ("greedy", "sampling"):
             target = torch.randn(batch, gamma + 1, vocab, device="cuda").to(dtype)
             draft = torch.randn(batch, gamma, vocab, device="cuda").to(dtype)
             tokens = torch.randint(0, vocab, (batch, gamma), device="cuda")
-            u, g = draw_noise(batch, gamma, vocab, torch.device("cuda"))
+            seed = draw_seed(torch.device("cuda"))  # [1]
+            u, g = draw_noise(batch, gamma, vocab, torch.device("cuda"))  # [B, γ], [B, V]: the reference's only
             if mode == "greedy":
                 fns = {"triton": lambda: verify_triton(target, tokens), "torch": lambda: verify_greedy_reference(target, tokens)}
             else:
                 fns = {
-                    "triton": lambda: verify_triton(target, tokens, draft, u, g),
+                    "triton": lambda: verify_triton(target, tokens, draft, seed),
                     "torch": lambda: verify_sampling_reference(target, tokens, draft, u, g),
                 }
             for name, fn in fns.items():

@@ -2,6 +2,11 @@
 
 ``FLASHSPEC_VERIFIER=triton|torch|auto`` (default ``auto``) overrides the choice; ``triton`` on CPU needs
 ``TRITON_INTERPRET=1`` (how CI runs the kernel).
+
+Sampling randomness: the kernel draws its own (Philox keyed by an int64 ``[1]`` seed drawn here on the logits'
+device, :mod:`flashspec_hf.kernels.philox`); the PyTorch reference takes ``torch.rand`` noise from
+:func:`~flashspec_hf.kernels.reference.draw_noise`. Both follow ``torch.manual_seed``; for one seed the two paths
+draw different numbers, each from the exact law.
 """
 
 from __future__ import annotations
@@ -37,12 +42,13 @@ def verify(
 
             return verify_triton(target_logits, draft_tokens)
         return verify_greedy_reference(target_logits, draft_tokens)
-    batch_size, gamma = draft_tokens.shape
-    uniforms, gumbels = draw_noise(batch_size, gamma, target_logits.shape[-1], target_logits.device)
     if use_triton:
+        from .kernels.philox import draw_seed
         from .kernels.rejection_sampler import verify_triton
 
-        return verify_triton(target_logits, draft_tokens, draft_logits, uniforms, gumbels)
+        return verify_triton(target_logits, draft_tokens, draft_logits, draw_seed(target_logits.device))
+    batch_size, gamma = draft_tokens.shape
+    uniforms, gumbels = draw_noise(batch_size, gamma, target_logits.shape[-1], target_logits.device)
     return verify_sampling_reference(target_logits, draft_tokens, draft_logits, uniforms, gumbels)
 
 

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from flashspec_hf.kernels.reference import draw_noise, verify_greedy_reference, verify_sampling_reference
+from flashspec_hf.kernels.philox import philox_noise
+from flashspec_hf.kernels.reference import verify_greedy_reference, verify_sampling_reference
 from flashspec_hf.verification import verify
 
 from .conftest import assert_rows_equal_stock, left_padded, tiny_llama
@@ -21,10 +22,10 @@ def test_kernel_matches_reference_on_cuda(vocab, batch, gamma, dtype):
     target = (torch.randn(batch, gamma + 1, vocab, device="cuda", generator=g) * 4).to(dtype)
     draft = (0.8 * target[:, :-1].float() + torch.randn(batch, gamma, vocab, device="cuda", generator=g)).to(dtype)
     tokens = torch.multinomial(draft.float().softmax(-1).view(-1, vocab), 1, generator=g).view(batch, gamma)
-    uniforms, gumbels = draw_noise(batch, gamma, vocab, torch.device("cuda"))
+    seed = torch.randint(2**63 - 1, (1,), device="cuda", generator=g)
     assert [t.equal(r) for t, r in zip(verify_triton(target, tokens), verify_greedy_reference(target, tokens))] == [1, 1]
-    got = verify_triton(target, tokens, draft, uniforms, gumbels)
-    want = verify_sampling_reference(target, tokens, draft, uniforms, gumbels)
+    got = verify_triton(target, tokens, draft, seed)
+    want = verify_sampling_reference(target, tokens, draft, *philox_noise(seed, batch, gamma, vocab))
     assert torch.equal(got[1], want[1]) and torch.equal(got[0], want[0])
 
 

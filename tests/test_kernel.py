@@ -1,4 +1,5 @@
-"""The Triton kernel equals the PyTorch reference given the same random numbers; the reference is exact."""
+"""The Triton kernel equals the PyTorch reference given the same random numbers (the kernel's in-kernel Philox
+stream, reproduced in PyTorch); the reference is exact."""
 
 import pytest
 import torch
@@ -6,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import chisquare
 
+from flashspec_hf.kernels.philox import philox_noise
 from flashspec_hf.kernels.reference import (
     PLACEHOLDER_TOKEN_ID,
     draw_noise,
@@ -41,9 +43,9 @@ SHAPES = dict(  # hypothesis strategies shared by the kernel tests: odd vocabula
 def test_sampling_kernel_matches_reference(batch, gamma, vocab, dtype, seed, agreement, splits):
     target, draft, g = _case(batch, gamma, vocab, dtype, seed, agreement)
     tokens = torch.multinomial(draft.float().softmax(-1).view(-1, vocab), 1, generator=g).view(batch, gamma)
-    uniforms, gumbels = draw_noise(batch, gamma, vocab, torch.device("cpu"))
-    want = verify_sampling_reference(target, tokens, draft, uniforms, gumbels)
-    got = verify_triton(target, tokens, draft, uniforms, gumbels, block_size=32, num_splits=splits)
+    seed = torch.randint(2**63 - 1, (1,), generator=g)
+    want = verify_sampling_reference(target, tokens, draft, *philox_noise(seed, batch, gamma, vocab))
+    got = verify_triton(target, tokens, draft, seed, block_size=32, num_splits=splits)
     assert torch.equal(got[1], want[1]), "accepted counts differ"
     assert torch.equal(got[0], want[0]), "output tokens differ"
 
@@ -85,19 +87,24 @@ def test_sampling_edge_cases(verify):
     draft[2, 0] = float("-inf")
     draft[2, 0, 45] = 0.0  # row 2: first draft impossible for the target, the rest identical
     tokens[2, 0] = 45
-    uniforms, gumbels = draw_noise(3, gamma, vocab, torch.device("cpu"))
+    seed = torch.tensor([7])
     if verify == "reference":
-        out, n = verify_sampling_reference(target, tokens, draft, uniforms, gumbels)
+        out, n = verify_sampling_reference(target, tokens, draft, *draw_noise(3, gamma, vocab, torch.device("cpu")))
     else:
-        out, n = verify_triton(target, tokens, draft, uniforms, gumbels, block_size=16, num_splits=2)
+        out, n = verify_triton(target, tokens, draft, seed, block_size=16, num_splits=2)
     assert n.tolist() == [gamma, 0, 0]
     assert out[0, :gamma].tolist() == [3] * gamma and 0 <= out[0, gamma] < 10  # bonus from p
     assert 0 <= out[1, 0] < 10 and 0 <= out[2, 0] < 10  # recovered tokens come from the target's support
     assert (out[1:, 1:] == PLACEHOLDER_TOKEN_ID).all()
 
 
-def test_noise_is_never_degenerate():
-    uniforms, gumbels = draw_noise(64, 16, 4096, torch.device("cpu"))
+@pytest.mark.parametrize("draw", ["torch", "philox"])
+def test_noise_is_never_degenerate(draw):
+    if draw == "torch":
+        uniforms, gumbels = draw_noise(64, 16, 4096, torch.device("cpu"))
+    else:
+        uniforms, gumbels = philox_noise(torch.tensor([3]), 64, 16, 4096)
+        assert torch.isfinite(gumbels).all()
     assert (uniforms > 0).all() and (uniforms <= 1).all()
     assert not torch.isnan(gumbels).any() and (gumbels < float("inf")).all()
 
@@ -164,10 +171,12 @@ def test_empty_residual_falls_back_to_p(verify):
     target[..., 7:10] = torch.tensor(logits)
     draft = target[:, :1].clone()
     target[0, 0, 8] -= below
-    tokens, uniforms = torch.tensor([[8]]), torch.ones(1, gamma)
-    _, gumbels = draw_noise(1, gamma, vocab, torch.device("cpu"))
+    tokens = torch.tensor([[8]])
+    seed = torch.tensor([36_842_616])  # found by search: the kernel's uniform at row 0, position 0 is 1.0
+    uniforms, gumbels = philox_noise(seed, 1, gamma, vocab)
+    assert uniforms.item() == 1.0
     if verify == "reference":
         out, n = verify_sampling_reference(target, tokens, draft, uniforms, gumbels)
     else:
-        out, n = verify_triton(target, tokens, draft, uniforms, gumbels, block_size=16, num_splits=2)
+        out, n = verify_triton(target, tokens, draft, seed, block_size=16, num_splits=2)
     assert n.item() == 0 and 7 <= out[0, 0].item() < 10

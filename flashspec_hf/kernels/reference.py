@@ -15,8 +15,10 @@ Algorithm: speculative sampling, Leviathan et al. 2023 ("Fast Inference from Tra
 Decoding", Algorithm 1) and Chen et al. 2023; acceptance ``u <= p(x) / q(x)`` tested in log space. Sampling uses
 the Gumbel-max trick (``argmax(log r + g)``, ``g ~ Gumbel(0, 1)``), which samples from ``r`` without normalising.
 
-Randomness is drawn outside (:func:`draw_noise`) so that the reference and the Triton kernel are deterministic
-functions of their inputs and can be compared exactly.
+Randomness is an input (uniforms ``[B, γ]``, Gumbels ``[B, V]``), so the reference is a deterministic function of
+its arguments: the CPU path feeds it :func:`draw_noise` (``torch.rand``); the tests feed it
+:func:`flashspec_hf.kernels.philox.philox_noise`, exactly what the Triton kernel draws in-kernel for a seed, and
+compare the two bit for bit.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ PLACEHOLDER_TOKEN_ID = -1
 
 
 def draw_noise(batch_size: int, gamma: int, vocab_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random numbers for one sampling verification step, drawn in float64 so they are never degenerate.
+    """Random numbers for one sampling verification step on the PyTorch path, drawn in float64 (never degenerate).
 
     Args:
         batch_size, gamma, vocab_size: ``B``, ``γ`` and ``V``.

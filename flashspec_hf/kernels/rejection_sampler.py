@@ -9,7 +9,9 @@ bit for bit on accepted counts and tokens). Three launches, none of which reads 
    batch 1, where there are only ``γ + 1`` rows.
 2. :func:`_sample_kernel` (sampling only), grid ``(B, NSPLIT)``: combines the partial log-sum-exps, tests
    ``log u_i <= log p_i(x_i) - log q_i(x_i)`` for every draft token, finds the first rejection ``k`` and streams
-   its chunk of position ``k`` for the Gumbel-max race over ``log max(0, p_k - q_k)`` (or ``log p_{γ+1}``).
+   its chunk of position ``k`` for the Gumbel-max race ``argmax(log r + g)`` over ``r = max(0, p_k - q_k)`` (or
+   ``p_{γ+1}``). The uniforms ``u`` and the Gumbel noise ``g`` are drawn right there, from a counter-based Philox
+   keyed by a seed tensor (:mod:`flashspec_hf.kernels.philox`): no ``[B, V]`` noise tensor exists.
 3. :func:`_finalize_kernel`, grid ``(B,)``: reduces the per-chunk winners and writes the output row.
 """
 
@@ -21,6 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .philox import GUMBEL_STREAM, UNIFORM_STREAM, gumbel_tl, stream_offset_tl, uniform_tl
 from .reference import PLACEHOLDER_TOKEN_ID
 
 _BIG_INDEX = tl.constexpr(2**31 - 1)  # larger than any vocabulary index: loses every min()
@@ -30,8 +33,7 @@ def verify_triton(
     target_logits: torch.Tensor,
     draft_tokens: torch.Tensor,
     draft_logits: torch.Tensor | None = None,
-    uniforms: torch.Tensor | None = None,
-    gumbels: torch.Tensor | None = None,
+    seed: torch.Tensor | None = None,
     *,
     block_size: int = 1024,
     num_splits: int | None = None,
@@ -42,8 +44,9 @@ def verify_triton(
         target_logits: ``[B, γ + 1, V]`` fp32/bf16/fp16 processed target logits; the vocabulary axis contiguous.
         draft_tokens: int64 ``[B, γ]``.
         draft_logits: ``[B, γ, V]`` processed draft logits (sampling) or None (greedy).
-        uniforms: float32 ``[B, γ]`` in ``(0, 1]`` (sampling).
-        gumbels: float32 ``[B, V]`` Gumbel noise (sampling).
+        seed: int64 ``[1]`` Philox key on the logits' device (sampling), from
+            :func:`flashspec_hf.kernels.philox.draw_seed`; the kernel draws what
+            :func:`~flashspec_hf.kernels.philox.philox_noise` returns for it.
         block_size: vocabulary tile per loop iteration (a power of two).
         num_splits: vocabulary chunks per row; default fills the device (about two programs per SM).
 
@@ -58,8 +61,9 @@ def verify_triton(
     greedy = draft_logits is None
     if draft_tokens.shape != (batch_size, gamma):
         raise ValueError(f"draft_tokens must be [B, γ] = {[batch_size, gamma]}, got {list(draft_tokens.shape)}")
-    if not greedy and (draft_logits.shape != (batch_size, gamma, vocab_size) or uniforms is None or gumbels is None):
-        raise ValueError("sampling needs draft_logits [B, γ, V], uniforms [B, γ] and gumbels [B, V]")
+    if not greedy and (draft_logits.shape != (batch_size, gamma, vocab_size) or seed is None or seed.numel() != 1
+                       or seed.dtype != torch.int64):
+        raise ValueError("sampling needs draft_logits [B, γ, V] and an int64 seed [1]")
     target_logits = _vocab_contiguous(target_logits)
     device = target_logits.device
     rows = batch_size * positions
@@ -90,7 +94,7 @@ def verify_triton(
         win_val = torch.empty(2, batch_size, num_splits, dtype=torch.float32, device=device)  # [2, B, NSPLIT]
         win_idx = torch.empty(2, batch_size, num_splits, dtype=torch.int32, device=device)  # [2, B, NSPLIT]
         _sample_kernel[(batch_size, num_splits)](
-            target_logits, draft_logits, draft_tokens, uniforms.contiguous(), gumbels.contiguous(),
+            target_logits, draft_logits, draft_tokens, seed,
             t_max, t_aux, d_max, d_sum, win_val, win_idx, num_accepted,
             gamma, batch_size, vocab_size, *target_logits.stride()[:2], *draft_logits.stride()[:2], chunk,
             GAMMA_BLOCK=gamma_block, SPLIT_BLOCK=split_block, **meta,
@@ -180,8 +184,7 @@ def _sample_kernel(
     target_ptr,  # [B, γ+1, V]
     draft_ptr,  # [B, γ, V]
     draft_tokens_ptr,  # [B, γ] int64
-    uniforms_ptr,  # [B, γ] float32 in (0, 1]
-    gumbels_ptr,  # [B, V] float32
+    seed_ptr,  # [1] int64 Philox key
     t_max_ptr,  # [B*(γ+1), NSPLIT]
     t_sum_ptr,  # [B*(γ+1), NSPLIT]
     d_max_ptr,  # [B*γ, NSPLIT]
@@ -214,7 +217,8 @@ def _sample_kernel(
     d_base = draft_ptr + b.to(tl.int64) * d_stride_b
     log_p = tl.load(t_base + g * t_stride_p + x, mask=is_draft, other=0.0).to(tl.float32) - t_lse
     log_q = tl.load(d_base + g * d_stride_p + x, mask=is_draft, other=0.0).to(tl.float32) - d_lse
-    log_u = tl.log(tl.load(uniforms_ptr + b * gamma + g, mask=is_draft, other=1.0))
+    seed = tl.load(seed_ptr)
+    log_u = tl.log(uniform_tl(tl.randint(seed, stream_offset_tl(b, UNIFORM_STREAM) + g)))  # [G], u in (0, 1]
     rejected = is_draft & (log_u > log_p - log_q)
     k = tl.min(tl.where(rejected, g, gamma), axis=0)  # first rejection, γ if all accepted
     t_lse_k = tl.sum(tl.where(g == k, t_lse, 0.0), axis=0)
@@ -227,14 +231,14 @@ def _sample_kernel(
     best_idx = start + lanes
     best_p = tl.full([BLOCK], float("-inf"), tl.float32)  # race over p: used if the residual is empty
     best_p_idx = start + lanes
+    gumbel_offset = stream_offset_tl(b, GUMBEL_STREAM)
     for off in range(start, start + chunk, BLOCK):
         cols = off + lanes
-        in_vocab = cols < V
-        lp = tl.load(t_base + k * t_stride_p + cols, mask=in_vocab, other=float("-inf")).to(tl.float32) - t_lse_k
+        lp = tl.load(t_base + k * t_stride_p + cols, mask=cols < V, other=float("-inf")).to(tl.float32) - t_lse_k
         lq = tl.load(d_base + k * d_stride_p + cols, mask=cols < draft_vocab, other=float("-inf"))
         residual = tl.exp(lp) - tl.exp(lq.to(tl.float32) - d_lse_k)
         log_r = tl.where(is_bonus, lp, tl.where(residual > 0.0, tl.log(residual), float("-inf")))
-        gumbel = tl.load(gumbels_ptr + b.to(tl.int64) * V + cols, mask=in_vocab, other=float("-inf"))
+        gumbel = gumbel_tl(tl.randint(seed, gumbel_offset + cols))  # finite; lp = -inf outside the vocabulary
         race = log_r + gumbel
         better = race > best
         best_idx = tl.where(better, cols, best_idx)

@@ -1,0 +1,124 @@
+"""Randomness of the Triton sampling verification: counter-based Philox drawn inside the kernel, and its PyTorch twin.
+
+Generator: Philox 4x32-10 (Salmon et al. 2011, "Parallel random numbers: as easy as 1, 2, 3"), as Triton's
+``tl.randint``: key = the 64-bit seed, counter = ``(offset mod 2^32, offset >> 32, 0, 0)``, first output word. The
+seed is an int64 ``[1]`` tensor drawn by torch's generator on the logits' device (:func:`draw_seed`), so
+``torch.manual_seed`` makes runs repeatable, nothing is read back to the host and the draw is CUDA-graph capturable.
+
+Counter layout (:func:`stream_offset_tl` + index): row ``b`` draws the Gumbel noise of vocabulary index ``v`` at
+counter ``(v, 2b, 0, 0)`` and the acceptance uniform of draft position ``i`` at ``(i, 2b + 1, 0, 0)``: no two draws
+of one step share a counter (``B < 2^31``). The Gumbels serve the Gumbel-max trick: ``argmax_v(log r_v + g_v)`` is
+a sample of ``r / sum(r)``; one row of ``V`` suffices per step, as each row samples one recovered or bonus token.
+
+Each 32-bit word ``x`` becomes ``U = (x + 1/2) / 2^32``, rounded to float32 (in ``(0, 1]``, never 0, so its log is
+finite), and the Gumbel noise is ``-log(E)`` with ``E = -log U ~ Exp(1)`` computed from the word's complement
+``1 - U = (~x + 1/2) / 2^32`` when ``U > 1/2``: float32 cannot hold ``U`` near 1, where the Gumbel tail (the
+winners of a race over a large vocabulary) lives. ``E`` lies in ``[1.2e-10, 22.9]``, so the noise is always finite.
+
+The ``*_tl`` functions run inside the kernel; their ``*_torch`` twins and :func:`philox_noise` repeat the same integer
+and float32 arithmetic on int64 tensors holding uint32 values: the oracle the kernel is tested against (equal words
+and uniforms; Gumbels equal up to the last bit or two of ``log``, whose implementations differ).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+GUMBEL_STREAM, UNIFORM_STREAM = tl.constexpr(0), tl.constexpr(1)  # counter high word 2b + stream
+_TWO_POW_MINUS_32 = tl.constexpr(2.3283064365386963e-10)  # 2^-32, exact in float32
+_M32 = 0xFFFFFFFF
+_ROUND_A, _ROUND_B = 0xD2511F53, 0xCD9E8D57  # Philox 4x32 multipliers
+_KEY_A, _KEY_B = 0x9E3779B9, 0xBB67AE85  # Weyl key increments
+
+
+def draw_seed(device: torch.device) -> torch.Tensor:
+    """int64 ``[1]`` Philox key from torch's generator on ``device``: a device op, no host sync."""
+    return torch.randint(2**63 - 1, (1,), dtype=torch.int64, device=device)
+
+
+@triton.jit
+def stream_offset_tl(b, STREAM: tl.constexpr):
+    """int64 offset of index 0 of row ``b``'s stream: counter high word ``2b + STREAM``."""
+    return (2 * b.to(tl.int64) + STREAM) << 32
+
+
+@triton.jit
+def uniform_tl(bits):
+    """uint32 Philox word -> float32 ``(bits + 1/2) / 2^32`` in ``(0, 1]``."""
+    return (bits.to(tl.float32) + 0.5) * _TWO_POW_MINUS_32
+
+
+@triton.jit
+def gumbel_tl(bits):
+    """uint32 Philox word -> float32 standard Gumbel ``-log(-log U)``, accurate in both tails."""
+    u = uniform_tl(bits)
+    w = uniform_tl(~bits)  # 1 - U
+    y = 1.0 - w
+    d = y - 1.0  # exact
+    # -log(1 - w) = log(y) * w / (y - 1) (Kahan's log1p), = w where y rounds to 1
+    e_hi = tl.where(d == 0.0, w, tl.div_rn(tl.log(y) * w, tl.where(d == 0.0, 1.0, d)))
+    return -tl.log(tl.where(u <= 0.5, -tl.log(u), e_hi))
+
+
+def philox_noise(seed: torch.Tensor, batch_size: int, gamma: int, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the kernel draws for ``seed``, in PyTorch: ``uniforms`` and ``gumbels`` for ``verify_sampling_reference``.
+
+    Args:
+        seed: int64 ``[1]`` (any device), as from :func:`draw_seed`.
+        batch_size, gamma, vocab_size: ``B``, ``γ`` and ``V``.
+
+    Returns:
+        uniforms: float32 ``[B, γ]`` in ``(0, 1]``; gumbels: float32 ``[B, V]``, finite.
+    """
+    uniform_bits, gumbel_bits = philox_bits(seed, batch_size, gamma, vocab_size)
+    return uniform_torch(uniform_bits), gumbel_torch(gumbel_bits)
+
+
+def philox_bits(seed: torch.Tensor, batch_size: int, gamma: int, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The Philox words behind :func:`philox_noise`: uint32 values in int64 tensors ``[B, γ]`` and ``[B, V]``."""
+    rows = torch.arange(batch_size, device=seed.device).unsqueeze(1)  # [B, 1]
+    positions = torch.arange(gamma, device=seed.device)  # [γ]
+    vocab = torch.arange(vocab_size, device=seed.device)  # [V]
+    uniform_bits = randint_torch(seed, stream_offset_torch(rows, UNIFORM_STREAM) + positions)  # [B, γ]
+    gumbel_bits = randint_torch(seed, stream_offset_torch(rows, GUMBEL_STREAM) + vocab)  # [B, V]
+    return uniform_bits, gumbel_bits
+
+
+def randint_torch(seed: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """``tl.randint(seed, offsets)`` for int64 offsets: uint32 words held in int64, shape of ``offsets``."""
+    c0, c1 = offsets & _M32, (offsets >> 32) & _M32
+    c2 = c3 = torch.zeros_like(c0)
+    k0, k1 = seed & _M32, (seed >> 32) & _M32
+    for _ in range(10):
+        hi_b, lo_b = _mulhilo(_ROUND_B, c2)
+        hi_a, lo_a = _mulhilo(_ROUND_A, c0)
+        c0, c1, c2, c3 = hi_b ^ c1 ^ k0, lo_b, hi_a ^ c3 ^ k1, lo_a
+        k0, k1 = (k0 + _KEY_A) & _M32, (k1 + _KEY_B) & _M32
+    return c0
+
+
+def _mulhilo(a: int, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """High and low 32-bit words of ``a * c`` (uint32 operands), in 16-bit halves so that int64 never overflows."""
+    lo_part, hi_part = a * (c & 0xFFFF), a * (c >> 16)  # each < 2^48
+    return (hi_part + (lo_part >> 16)) >> 16, (((hi_part & 0xFFFF) << 16) + lo_part) & _M32
+
+
+def stream_offset_torch(b: torch.Tensor, stream: tl.constexpr) -> torch.Tensor:
+    """:func:`stream_offset_tl` on int64 tensors."""
+    return (2 * b + int(stream)) << 32
+
+
+def uniform_torch(bits: torch.Tensor) -> torch.Tensor:
+    """:func:`uniform_tl` on uint32 values held in int64."""
+    return (bits.to(torch.float32) + 0.5) * _TWO_POW_MINUS_32.value
+
+
+def gumbel_torch(bits: torch.Tensor) -> torch.Tensor:
+    """:func:`gumbel_tl` on uint32 values held in int64, the same float32 operations in the same order."""
+    u, w = uniform_torch(bits), uniform_torch(bits ^ _M32)
+    y = 1.0 - w
+    d = y - 1.0
+    e_hi = torch.where(d == 0.0, w, torch.log(y) * w / torch.where(d == 0.0, 1.0, d))
+    return -torch.log(torch.where(u <= 0.5, -torch.log(u), e_hi))

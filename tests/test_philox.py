@@ -1,0 +1,107 @@
+"""The kernel's in-kernel randomness: the PyTorch twin reproduces Triton's Philox, the counter layout gives every draw
+its own word, the conversions have the right laws, and verification repeats under ``torch.manual_seed``."""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from scipy import stats
+
+from flashspec_hf.kernels.philox import (
+    gumbel_tl,
+    gumbel_torch,
+    philox_bits,
+    philox_noise,
+    randint_torch,
+    uniform_tl,
+    uniform_torch,
+)
+from flashspec_hf.verification import verify
+
+EDGE_WORDS = [0, 1, 2**24, 2**31 - 1, 2**31, 2**32 - 2**24, 2**32 - 129, 2**32 - 128, 2**32 - 1]
+
+
+@triton.jit
+def _draw_kernel(seed_ptr, offset_ptr, bits_ptr, uniform_ptr, gumbel_ptr, N, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = i < N
+    bits = tl.randint(tl.load(seed_ptr), tl.load(offset_ptr + i, mask=mask, other=0))
+    tl.store(bits_ptr + i, bits.to(tl.int64), mask=mask)
+    tl.store(uniform_ptr + i, uniform_tl(bits), mask=mask)
+    tl.store(gumbel_ptr + i, gumbel_tl(bits), mask=mask)
+
+
+@triton.jit
+def _convert_kernel(bits_ptr, uniform_ptr, gumbel_ptr, N, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    bits = tl.load(bits_ptr + i, mask=i < N, other=0).to(tl.uint32)
+    tl.store(uniform_ptr + i, uniform_tl(bits), mask=i < N)
+    tl.store(gumbel_ptr + i, gumbel_tl(bits), mask=i < N)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2**32 + 5, 2**63 - 2])
+def test_torch_twin_draws_what_triton_draws(seed):
+    """Words equal ``tl.randint``'s, uniforms bit for bit; Gumbels up to the last bits of ``log`` (numpy vs torch)."""
+    g = torch.Generator().manual_seed(seed % 2**32)
+    offsets = torch.cat([torch.randint(2**63 - 1, (1000,), generator=g),  # any counter (lo, hi)
+                         (torch.arange(24) << 32) + torch.arange(24),  # the layout's (index, 2b + stream)
+                         torch.tensor([0, 2**32 - 1, 2**32, 2**63 - 1])])
+    n = len(offsets)
+    seed_t = torch.tensor([seed])
+    bits, uniforms, gumbels = torch.empty(n, dtype=torch.int64), torch.empty(n), torch.empty(n)
+    _draw_kernel[(triton.cdiv(n, 256),)](seed_t, offsets, bits, uniforms, gumbels, n, BLOCK=256)
+    want = randint_torch(seed_t, offsets)
+    assert torch.equal(bits, want)
+    assert torch.equal(uniforms, uniform_torch(want))
+    torch.testing.assert_close(gumbels, gumbel_torch(want), rtol=1e-6, atol=1e-6)
+
+
+def test_conversions_at_the_edge_words():
+    """Both implementations: U in (0, 1]; Gumbel finite and within float32 rounding of the float64 truth
+    ``-log(-log U)``, ``U = (x + 1/2) / 2^32``, in both tails (float32 ``U`` alone would give +inf at the top)."""
+    words = torch.tensor(EDGE_WORDS)
+    n = len(words)
+    uniforms, gumbels = torch.empty(n), torch.empty(n)
+    _convert_kernel[(1,)](words, uniforms, gumbels, n, BLOCK=16)
+    exact_u = (words.double() + 0.5) / 2**32  # exact in float64
+    truth = -torch.log(-torch.log(exact_u))
+    for u, g in [(uniforms, gumbels), (uniform_torch(words), gumbel_torch(words))]:
+        assert (u > 0).all() and (u <= 1).all()
+        torch.testing.assert_close(u.double(), exact_u, rtol=2**-24, atol=0)
+        assert torch.isfinite(g).all()
+        torch.testing.assert_close(g.double(), truth, rtol=1e-6, atol=1e-6)
+    assert gumbel_torch(words).max() > 22.8  # the top word reaches the far tail
+
+
+def test_counter_layout_gives_every_draw_its_own_word():
+    """No two (row, position) uniforms or (row, vocabulary index) Gumbels of a step share a Philox word."""
+    uniform_bits, gumbel_bits = philox_bits(torch.tensor([11]), 16, 16, 300)
+    words = torch.cat([uniform_bits.flatten(), gumbel_bits.flatten()])
+    assert words.unique().numel() == words.numel()
+
+
+def test_noise_follows_its_laws():
+    uniforms, gumbels = philox_noise(torch.tensor([5]), 64, 16, 4096)
+    assert stats.kstest(uniforms.flatten().double().numpy(), "uniform").pvalue > 0.01
+    assert stats.kstest(gumbels.flatten().double().numpy(), "gumbel_r").pvalue > 0.01
+    rows = gumbels[:, :1000].double()  # adjacent rows uncorrelated
+    assert abs(torch.corrcoef(rows[:2])[0, 1]) < 0.15
+
+
+def test_verification_repeats_under_manual_seed(monkeypatch):
+    """Same ``torch.manual_seed``, same output; another seed, another output (64 rows that each sample one of 50
+    equally likely tokens: equal outputs have probability 50^-64)."""
+    monkeypatch.setenv("FLASHSPEC_VERIFIER", "triton")
+    batch, gamma, vocab = 64, 2, 50
+    target = torch.zeros(batch, gamma + 1, vocab)  # p uniform
+    draft = torch.full((batch, gamma, vocab), float("-inf"))
+    draft[..., 0] = 0.0  # q proposes token 0 with certainty: accepted with probability 1/50
+    tokens = torch.zeros(batch, gamma, dtype=torch.int64)
+
+    def run(seed):
+        torch.manual_seed(seed)
+        return verify(target, tokens, draft)
+
+    first, again, other = run(0), run(0), run(1)
+    assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
+    assert not torch.equal(first[0], other[0])
