@@ -15,6 +15,7 @@ from transformers.generation.logits_process import (
 
 import flashspec_hf.decoding
 from flashspec_hf import SELECTORS, PromptLookup, RoundRobin
+from flashspec_hf.drafts import draw
 
 from .conftest import tiny_llama
 
@@ -119,3 +120,20 @@ def test_the_gate_rejects_a_sampler_that_skips_verification(models, monkeypatch)
     counts = _sample_counts(target, drafts, 1.0, 0, 1.0, 2)
     with pytest.raises(AssertionError):
         assert _p_value(counts, _exact(target, _warpers(1.0, 0, 1.0))) > ALPHA
+
+
+def test_draft_draws_among_few_candidates_follow_the_draft_scores():
+    """On the CPU a draft token is drawn among the finite scores alone when warpers left few (top-k, top-p): one
+    batch whose rows keep three candidates or one (the draw's sparse path); the first rows' draws follow
+    softmax(q) (chi-square), the others always give their one candidate."""
+    vocab, rows = 64, SAMPLES
+    q = torch.full((rows, vocab), float("-inf"))
+    q[: rows // 2, [3, 17, 40]] = torch.tensor([0.5, -1.0, 1.5])
+    q[rows // 2 :, 60] = 0.0
+    torch.manual_seed(2024)
+    tokens = draw(q, do_sample=True)[:, 0]  # [rows]
+    assert torch.all(tokens[rows // 2 :] == 60)
+    counts = torch.bincount(tokens[: rows // 2], minlength=vocab)[[3, 17, 40]]
+    assert counts.sum() == rows // 2
+    expected = torch.tensor([0.5, -1.0, 1.5], dtype=torch.float64).softmax(-1) * (rows // 2)
+    assert chisquare(counts.double().numpy(), expected.numpy()).pvalue > ALPHA

@@ -61,7 +61,8 @@ def verify_greedy_reference(target_logits: torch.Tensor, draft_tokens: torch.Ten
         num_accepted: int64 ``[B]`` in ``[0, γ]``.
     """
     argmax = target_logits.argmax(dim=-1)  # [B, γ+1]
-    return _assemble(draft_tokens, draft_tokens == argmax[:, :-1], argmax)
+    num_accepted = _leading(draft_tokens == argmax[:, :-1])  # [B]
+    return _assemble(draft_tokens, num_accepted, argmax.gather(1, num_accepted.unsqueeze(1))[:, 0])
 
 
 def verify_sampling_reference(
@@ -72,6 +73,10 @@ def verify_sampling_reference(
     gumbels: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Speculative sampling: output tokens distributed exactly as sampling from the target alone.
+
+    The vocabulary-wide work (residual, its logarithm, the Gumbel-max draw) is done for one position per row, the
+    one its recovered or bonus token comes from; the kernel does it at every position and keeps that one, with the
+    same result.
 
     Args:
         target_logits: ``[B, γ + 1, V]`` processed target logits (``p = softmax``; temperature, top-k, top-p
@@ -84,31 +89,43 @@ def verify_sampling_reference(
     Returns:
         output_tokens: int64 ``[B, γ + 1]``; num_accepted: int64 ``[B]`` (see module docstring).
     """
+    gamma = draft_tokens.shape[1]
     log_p = torch.log_softmax(target_logits.float(), dim=-1)  # [B, γ+1, V]
     log_q = torch.log_softmax(draft_logits.float(), dim=-1)  # [B, γ, V]
     idx = draft_tokens.unsqueeze(-1)  # [B, γ, 1]
     log_ratio = log_p[:, :-1].gather(-1, idx).squeeze(-1) - log_q.gather(-1, idx).squeeze(-1)  # [B, γ]
-    accepted = torch.log(uniforms) <= log_ratio  # [B, γ]
-    # Sampling distribution at every position: the residual max(0, p - q) for i < γ, p itself for the bonus.
-    residual = (log_p[:, :-1].exp() - log_q.exp()).clamp_min(0.0)  # [B, γ, V]
-    log_r = torch.cat([residual.log(), log_p[:, -1:]], dim=1)  # [B, γ+1, V]
+    num_accepted = _leading(torch.log(uniforms) <= log_ratio)  # [B]
+    # the one distribution each row samples from: the residual max(0, p - q) at its first rejection k < γ, or p
+    # itself for the bonus token (k = γ)
+    at = num_accepted.view(-1, 1, 1).expand(-1, 1, log_p.shape[-1])  # [B, 1, V]
+    log_p_k = log_p.gather(1, at)[:, 0]  # [B, V]
+    log_r = log_p_k
+    if gamma:  # (γ = 0: the plain-decoding arm, every row takes its bonus token)
+        log_q_k = log_q.gather(1, at.clamp(max=gamma - 1))[:, 0]  # [B, V] (unused at the bonus position)
+        residual = (log_p_k.exp() - log_q_k.exp()).clamp_min(0.0)  # [B, V]
+        log_r = torch.where((num_accepted == gamma).unsqueeze(1), log_p_k, residual.log())  # [B, V]
     # p = q up to rounding leaves no residual mass (a rejection then has probability ~1e-7): sample from p
-    log_r = torch.where(torch.isinf(log_r).all(dim=-1, keepdim=True), log_p, log_r)
-    samples = (log_r + gumbels.unsqueeze(1)).argmax(dim=-1)  # [B, γ+1]
-    return _assemble(draft_tokens, accepted, samples)
+    log_r = torch.where(torch.isinf(log_r).all(dim=-1, keepdim=True), log_p_k, log_r)
+    return _assemble(draft_tokens, num_accepted, (log_r + gumbels).argmax(dim=-1))
 
 
-def _assemble(draft_tokens: torch.Tensor, accepted: torch.Tensor, extra: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Output row = draft tokens before the first rejection, ``extra[k]`` at it, placeholders after.
+def _leading(accepted: torch.Tensor) -> torch.Tensor:
+    """int64 ``[B]``: the number of leading True of each row of ``accepted`` bool ``[B, γ]`` (cumprod stays 1
+    until the first rejection)."""
+    return accepted.long().cumprod(dim=1).sum(dim=1)
 
-    Shapes: draft_tokens, accepted ``[B, γ]``; extra ``[B, γ + 1]`` (candidate recovered/bonus token per position).
+
+def _assemble(
+    draft_tokens: torch.Tensor, num_accepted: torch.Tensor, last: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Output row = the ``num_accepted`` leading draft tokens, then ``last``, then placeholders.
+
+    Shapes: draft_tokens ``[B, γ]``; num_accepted, last int64 ``[B]`` (the recovered or bonus token).
     """
     batch_size, gamma = draft_tokens.shape
-    # number of leading accepted tokens: cumprod stays 1 until the first rejection
-    num_accepted = accepted.long().cumprod(dim=1).sum(dim=1)  # [B]
     pos = torch.arange(gamma + 1, device=draft_tokens.device).expand(batch_size, -1)  # [B, γ+1]
     k = num_accepted.unsqueeze(1)  # [B, 1]
     padded_drafts = torch.nn.functional.pad(draft_tokens, (0, 1), value=PLACEHOLDER_TOKEN_ID)  # [B, γ+1]
     out = torch.where(pos < k, padded_drafts, torch.full_like(padded_drafts, PLACEHOLDER_TOKEN_ID))
-    out = torch.where(pos == k, extra.gather(1, k), out)  # [B, γ+1]
+    out = torch.where(pos == k, last.unsqueeze(1), out)  # [B, γ+1]
     return out, num_accepted
