@@ -92,6 +92,8 @@ def parse_args():
     unknown = set(args.engines.split(",")) - {"stock", "static", "assisted", "pld", *FLASHSPEC}
     if unknown:
         p.error(f"unknown engines {sorted(unknown)}")
+    if args.target == "tinyllama" and (args.draft_dirs or args.early_exit_depths):
+        p.error("--draft-dirs and --early-exit-depths are for a real target (--target smollm2 or a preset)")
     args.batch_list = [int(b) for b in args.batches.split(",")]
     return args
 

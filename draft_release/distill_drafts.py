@@ -1,7 +1,7 @@
 """Distil assistants of a preset target on a GPU and measure their acceptance on held-out prompts.
 
-Run on the device by draft_release/gpu_distill.sh (the GGUF, the gguf wheel and the corpus built by
-draft_release/build_distill_corpus.py travel in .carry). Environment: ``TARGET`` (a preset of
+Run on the device by draft_release/gpu_distill.sh (SmolLM2) or gpu_qwen_session.sh (Qwen2.5-Coder-1.5B); the GGUF,
+the gguf wheel and the corpus built by draft_release/build_distill_corpus.py travel in .carry. Environment: ``TARGET`` (a preset of
 ``flashspec_hf.models.PRESETS``, default ``smollm2-135m``), ``NAME_PREFIX`` (the drafts are named
 ``<prefix>-<domain>``, default ``smollm2``), ``DTYPE`` (the target's, default ``float32``), ``VARIANTS``
 (``LAYERSxWIDTH`` list, default ``2x768``), ``DOMAINS`` (default ``chat,code,general``), ``DISTILL_STEPS``,

@@ -7,7 +7,8 @@ export PYTHONUNBUFFERED=1
 gguf=/tmp/gguf/Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf
 if [ ! -f "$gguf" ]; then
   mkdir -p /tmp/gguf && cp .carry/gguf/* /tmp/gguf/ 2>/dev/null
-  cat /tmp/gguf/[0-9][0-9] > "$gguf.partial" && mv "$gguf.partial" "$gguf" && rm /tmp/gguf/[0-9][0-9]
+  cat /tmp/gguf/[0-9][0-9] > "$gguf.partial" && mv "$gguf.partial" "$gguf"  # the pieces stay: a missed one can
+  # still be copied and the join redone (rm the GGUF) if the preset's size and hash check refuses it
 fi
 python3 -m pip install -q --no-index --no-deps --upgrade --target /tmp/site .carry/q/whl/*.whl \
   $(ls .carry/bnb/*.whl 2>/dev/null) && export PYTHONPATH=/tmp/site:$PWD

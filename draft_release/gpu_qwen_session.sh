@@ -34,5 +34,5 @@ drafts)
 bench)
   . draft_release/gpu_qwen_env.sh
   python3 -m benchmarks.e2e_bench --target qwen2.5-coder-1.5b --corpus .carry/q/corpus.json.gz --out "$OUT" \
-    $BENCH_ARGS 2>&1 | grep -v Warning ;;
+    ${BENCH_ARGS:-} 2>&1 | grep -v Warning ;;
 esac

@@ -5,7 +5,7 @@
 #   bash scripts/slim_tree.sh on    # untrack flashspec_hf/assistants in the index (files stay on disk) and ignore it
 #   ...device calls...              # then cut pieces with python -m draft_release.carry_gguf (about 60 MiB each)
 #   bash scripts/slim_tree.sh off   # restore the index; run it before any commit
-# `git status` shows the assistants as deleted while it is on.
+# `git status` shows the assistants as deleted (staged) while it is on: a commit then would delete them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exclude=.git/info/exclude
@@ -14,4 +14,5 @@ on) git rm -r -q --cached flashspec_hf/assistants && echo /flashspec_hf/assistan
 off) git reset -q HEAD flashspec_hf/assistants && sed -i '\#^/flashspec_hf/assistants/$#d' "$exclude" ;;
 *) echo "usage: bash scripts/slim_tree.sh on|off" >&2; exit 2 ;;
 esac
-git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb | tail -1 | awk '{printf "the tree sends %.1f MiB\n", $1 / 1048576}'
+git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- | tail -1 \
+  | awk '{printf "the tree sends %.1f MiB\n", $1 / 1048576}'

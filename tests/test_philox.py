@@ -12,6 +12,7 @@ from flashspec_hf.kernels.philox import (
     gumbel_torch,
     philox_bits,
     philox_noise,
+    randint_tl,
     randint_torch,
     uniform_tl,
     uniform_torch,
@@ -25,7 +26,7 @@ EDGE_WORDS = [0, 1, 2**24, 2**31 - 1, 2**31, 2**32 - 2**24, 2**32 - 129, 2**32 -
 def _draw_kernel(seed_ptr, offset_ptr, bits_ptr, uniform_ptr, gumbel_ptr, N, BLOCK: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = i < N
-    bits = tl.randint(tl.load(seed_ptr), tl.load(offset_ptr + i, mask=mask, other=0))
+    bits = randint_tl(tl.load(seed_ptr), tl.load(offset_ptr + i, mask=mask, other=0))
     tl.store(bits_ptr + i, bits.to(tl.int64), mask=mask)
     tl.store(uniform_ptr + i, uniform_tl(bits), mask=mask)
     tl.store(gumbel_ptr + i, gumbel_tl(bits), mask=mask)
@@ -41,7 +42,8 @@ def _convert_kernel(bits_ptr, uniform_ptr, gumbel_ptr, N, BLOCK: tl.constexpr):
 
 @pytest.mark.parametrize("seed", [0, 1, 2**32 + 5, 2**63 - 2])
 def test_torch_twin_draws_what_triton_draws(seed):
-    """Words equal ``tl.randint``'s, uniforms bit for bit; Gumbels up to the last bits of ``log`` (numpy vs torch)."""
+    """Words equal the kernel's ``randint_tl``, uniforms bit for bit; Gumbels up to the last bits of ``log`` (numpy
+    vs torch)."""
     g = torch.Generator().manual_seed(seed % 2**32)
     offsets = torch.cat([torch.randint(2**63 - 1, (1000,), generator=g),  # any counter (lo, hi)
                          (torch.arange(24) << 32) + torch.arange(24),  # the layout's (index, 2b + stream)
@@ -54,6 +56,24 @@ def test_torch_twin_draws_what_triton_draws(seed):
     assert torch.equal(bits, want)
     assert torch.equal(uniforms, uniform_torch(want))
     torch.testing.assert_close(gumbels, gumbel_torch(want), rtol=1e-6, atol=1e-6)
+
+
+def test_the_words_are_philox_4x32_10():
+    """Random123's known-answer vector (key 0, counter 0 -> first word 0x6627e8d5) and, where Triton's own
+    ``tl.randint`` splits int64 offsets into two counter words (Triton >= 3.4), its words."""
+    assert int(randint_torch(torch.tensor([0]), torch.tensor([0]))[0]) == 0x6627E8D5
+    if tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 4):
+        return
+    seed_t, offsets = torch.tensor([2**40 + 3]), (torch.arange(64) << 32) + torch.arange(64) * 977  # [1], [64]
+    bits = torch.empty(64, dtype=torch.int64)
+    _triton_randint_kernel[(1,)](seed_t, offsets, bits, BLOCK=64)
+    assert torch.equal(bits, randint_torch(seed_t, offsets))
+
+
+@triton.jit
+def _triton_randint_kernel(seed_ptr, offset_ptr, bits_ptr, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    tl.store(bits_ptr + i, tl.randint(tl.load(seed_ptr), tl.load(offset_ptr + i)).to(tl.int64))
 
 
 def test_conversions_at_the_edge_words():

@@ -1,7 +1,9 @@
 """Randomness of the Triton sampling verification: counter-based Philox drawn inside the kernel, and its PyTorch twin.
 
-Generator: Philox 4x32-10 (Salmon et al. 2011, "Parallel random numbers: as easy as 1, 2, 3"), as Triton's
-``tl.randint``: key = the 64-bit seed, counter = ``(offset mod 2^32, offset >> 32, 0, 0)``, first output word. The
+Generator: Philox 4x32-10 (Salmon et al. 2011, "Parallel random numbers: as easy as 1, 2, 3") through ``tl.philox``
+(:func:`randint_tl`): key = the 64-bit seed, counter = ``(offset mod 2^32, offset >> 32, 0, 0)``, first output word
+(what ``tl.randint`` does with int64 offsets from Triton 3.4 on; written out, since older Triton runs 64-bit Philox
+there). The
 seed is an int64 ``[1]`` tensor drawn by torch's generator on the logits' device (:func:`draw_seed`), so
 ``torch.manual_seed`` makes runs repeatable, nothing is read back to the host and the draw is CUDA-graph capturable.
 
@@ -36,6 +38,17 @@ _KEY_A, _KEY_B = 0x9E3779B9, 0xBB67AE85  # Weyl key increments
 def draw_seed(device: torch.device) -> torch.Tensor:
     """int64 ``[1]`` Philox key from torch's generator on ``device``: a device op, no host sync."""
     return torch.randint(2**63 - 1, (1,), dtype=torch.int64, device=device)
+
+
+@triton.jit
+def randint_tl(seed, offsets):
+    """uint32 first word of Philox 4x32-10 keyed by ``seed`` at counter ``(offsets mod 2^32, offsets >> 32, 0, 0)``
+    for int64 ``offsets`` (any shape)."""
+    lo = (offsets & 0xFFFFFFFF).to(tl.uint32)
+    hi = ((offsets >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    zero = tl.zeros_like(lo)
+    word, _, _, _ = tl.philox(seed, lo, hi, zero, zero)
+    return word
 
 
 @triton.jit
@@ -87,7 +100,7 @@ def philox_bits(seed: torch.Tensor, batch_size: int, gamma: int, vocab_size: int
 
 
 def randint_torch(seed: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    """``tl.randint(seed, offsets)`` for int64 offsets: uint32 words held in int64, shape of ``offsets``."""
+    """:func:`randint_tl` in PyTorch: uint32 words held in int64, shape of ``offsets``."""
     c0, c1 = offsets & _M32, (offsets >> 32) & _M32
     c2 = c3 = torch.zeros_like(c0)
     k0, k1 = seed & _M32, (seed >> 32) & _M32

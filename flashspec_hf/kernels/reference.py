@@ -75,8 +75,7 @@ def verify_sampling_reference(
     """Speculative sampling: output tokens distributed exactly as sampling from the target alone.
 
     The vocabulary-wide work (residual, its logarithm, the Gumbel-max draw) is done for one position per row, the
-    one its recovered or bonus token comes from; the kernel does it at every position and keeps that one, with the
-    same result.
+    one its recovered or bonus token comes from, as the kernel does.
 
     Args:
         target_logits: ``[B, γ + 1, V]`` processed target logits (``p = softmax``; temperature, top-k, top-p

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .philox import GUMBEL_STREAM, UNIFORM_STREAM, gumbel_tl, stream_offset_tl, uniform_tl
+from .philox import GUMBEL_STREAM, UNIFORM_STREAM, gumbel_tl, randint_tl, stream_offset_tl, uniform_tl
 from .reference import PLACEHOLDER_TOKEN_ID
 
 _BIG_INDEX = tl.constexpr(2**31 - 1)  # larger than any vocabulary index: loses every min()
@@ -62,8 +62,8 @@ def verify_triton(
     if draft_tokens.shape != (batch_size, gamma):
         raise ValueError(f"draft_tokens must be [B, γ] = {[batch_size, gamma]}, got {list(draft_tokens.shape)}")
     if not greedy and (draft_logits.shape != (batch_size, gamma, vocab_size) or seed is None or seed.numel() != 1
-                       or seed.dtype != torch.int64):
-        raise ValueError("sampling needs draft_logits [B, γ, V] and an int64 seed [1]")
+                       or seed.dtype != torch.int64 or seed.device != target_logits.device):
+        raise ValueError("sampling needs draft_logits [B, γ, V] and an int64 seed [1] on the logits' device")
     target_logits = _vocab_contiguous(target_logits)
     device = target_logits.device
     rows = batch_size * positions
@@ -218,7 +218,7 @@ def _sample_kernel(
     log_p = tl.load(t_base + g * t_stride_p + x, mask=is_draft, other=0.0).to(tl.float32) - t_lse
     log_q = tl.load(d_base + g * d_stride_p + x, mask=is_draft, other=0.0).to(tl.float32) - d_lse
     seed = tl.load(seed_ptr)
-    log_u = tl.log(uniform_tl(tl.randint(seed, stream_offset_tl(b, UNIFORM_STREAM) + g)))  # [G], u in (0, 1]
+    log_u = tl.log(uniform_tl(randint_tl(seed, stream_offset_tl(b, UNIFORM_STREAM) + g)))  # [G], u in (0, 1]
     rejected = is_draft & (log_u > log_p - log_q)
     k = tl.min(tl.where(rejected, g, gamma), axis=0)  # first rejection, γ if all accepted
     t_lse_k = tl.sum(tl.where(g == k, t_lse, 0.0), axis=0)
@@ -238,7 +238,7 @@ def _sample_kernel(
         lq = tl.load(d_base + k * d_stride_p + cols, mask=cols < draft_vocab, other=float("-inf"))
         residual = tl.exp(lp) - tl.exp(lq.to(tl.float32) - d_lse_k)
         log_r = tl.where(is_bonus, lp, tl.where(residual > 0.0, tl.log(residual), float("-inf")))
-        gumbel = gumbel_tl(tl.randint(seed, gumbel_offset + cols))  # finite; lp = -inf outside the vocabulary
+        gumbel = gumbel_tl(randint_tl(seed, gumbel_offset + cols))  # finite; lp = -inf outside the vocabulary
         race = log_r + gumbel
         better = race > best
         best_idx = tl.where(better, cols, best_idx)
