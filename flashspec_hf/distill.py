@@ -330,11 +330,16 @@ def check_previous_run(output_dir: str | Path, made_from: dict) -> str | None:
 
 def frequent_tokens(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], num: int) -> torch.Tensor:
     """The ``num`` most frequent token ids of ``texts`` plus the special tokens, int64 ``[<= num + specials]``,
-    ascending: the vocabulary of a draft head that skips rare tokens (FR-Spec, Zhao et al. 2025)."""
+    ascending: the vocabulary of a draft head that skips rare tokens (FR-Spec, Zhao et al. 2025).
+
+    Special tokens: the tokenizer's named ones and every added token marked special (a chat template's end-of-turn
+    token among them: some converted tokenizers name only one of them, and a draft without it never proposes the end
+    of a reply)."""
     counts = torch.zeros(len(tokenizer), dtype=torch.long)
     for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]:
         counts += torch.bincount(torch.tensor(ids, dtype=torch.long), minlength=len(counts))
-    keep = set(counts.topk(min(num, len(counts))).indices.tolist()) | set(tokenizer.all_special_ids)
+    specials = set(tokenizer.all_special_ids) | {i for i, t in tokenizer.added_tokens_decoder.items() if t.special}
+    keep = set(counts.topk(min(num, len(counts))).indices.tolist()) | specials
     return torch.tensor(sorted(keep), dtype=torch.long)
 
 

@@ -1,5 +1,6 @@
 """Distillation on CPU with tiny models: trains, resumes, writes a from_pretrained folder and a compact draft."""
 
+import copy
 import json
 
 import pytest
@@ -7,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from flashspec_hf.compact import load_compact, save_compact
-from flashspec_hf.distill import distill, make_draft, pack, target_continuations
+from flashspec_hf.distill import distill, frequent_tokens, make_draft, pack, target_continuations
 from flashspec_hf.evaluation.run import acceptance
 
 from .conftest import tiny_llama
@@ -225,3 +226,15 @@ def test_function_prompts_are_humaneval_shaped():
         tree = ast.parse(prompt + indent + "pass\n")
         function = tree.body[0]
         assert isinstance(function, ast.FunctionDef) and len(ast.get_docstring(function)) >= 80
+
+
+def test_the_draft_vocabulary_keeps_every_special_token(tokenizer):
+    """An added special token the tokenizer does not name (as a chat template's end of turn in some conversions)."""
+    from tokenizers import AddedToken
+
+    tok = copy.deepcopy(tokenizer)
+    tok.add_tokens([AddedToken("<|end|>", special=True)])
+    end = tok.convert_tokens_to_ids("<|end|>")
+    assert end not in tok.all_special_ids
+    ids = frequent_tokens(tok, ["w5 w5 w6"], 2).tolist()
+    assert ids == sorted({5, 6, 0, 1, 2, end})
