@@ -30,6 +30,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 from .backends import Backend, DynamicBackend, StaticBackend
 from .columns import Columns
 from .costs import arm_costs
+from .cpu_products import few_row_products
 from .drafts import DraftContext, DraftSource, ModelDrafts, PlainDecoding, PromptLookup, score_arms
 from .kernels.reference import PLACEHOLDER_TOKEN_ID
 from .outputs import Recorder
@@ -235,10 +236,11 @@ def speculative_decode(
         groups=groups,
         commit_in_step=StaticBackend.commit_in_step if isinstance(backend, StaticBackend) else None,
     )
-    if selector.cost_aware:
-        selector.set_costs(arm_costs(target, sources, arms, columns, type(backend).__name__))
-    stats.setup_seconds = time.perf_counter() - start
-    decode(run, backend, streamer)
+    with few_row_products([model, *(a for a in assistants if isinstance(a, PreTrainedModel))]):  # CPU only
+        if selector.cost_aware:
+            selector.set_costs(arm_costs(target, sources, arms, columns, type(backend).__name__))
+        stats.setup_seconds = time.perf_counter() - start
+        decode(run, backend, streamer)
 
     stats.new_tokens = sum(sequences.num_new_host)
     stats.seconds = time.perf_counter() - start

@@ -1,0 +1,82 @@
+"""Few-row products on the CPU (:mod:`flashspec_hf.cpu_products`): the rerouted linear computes the same product,
+one-row and many-row inputs go through stock ``linear`` bit for bit, and the layers get their own ``forward``
+back after a call, an error, or when turned off."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flashspec_hf import cpu_products
+from flashspec_hf.cpu_products import MAX_ROWS, few_row_linear, few_row_products
+
+from .conftest import tiny_llama
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lead=st.lists(st.integers(0, 6), min_size=1, max_size=3),
+    k=st.integers(1, 40),
+    n=st.integers(1, 40),
+    bias=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_few_row_linear_is_linear(lead, k, n, bias, seed):
+    torch.manual_seed(seed)
+    layer = torch.nn.Linear(k, n, bias=bias)
+    x = torch.randn(*lead, k)  # rows = product of lead: 0 to 216
+    out = few_row_linear(layer, x)
+    expected = torch.nn.functional.linear(x, layer.weight, layer.bias)
+    assert out.shape == expected.shape and out.dtype == expected.dtype
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    rows = x.numel() // k
+    if not 2 <= rows <= MAX_ROWS:
+        assert torch.equal(out, expected)  # stock's own call
+
+
+def _rerouted(model) -> list[bool]:
+    return ["forward" in vars(m) for m in model.modules() if type(m) is torch.nn.Linear]
+
+
+def test_context_reroutes_fp32_cpu_linears_and_restores():
+    model = tiny_llama()
+    with few_row_products([model, model]):  # listed twice (an early-exit draft shares the target's layers)
+        assert all(_rerouted(model))
+    assert not any(_rerouted(model))
+    with pytest.raises(RuntimeError, match="inside"), few_row_products([model]):
+        raise RuntimeError("inside")
+    assert not any(_rerouted(model))
+
+
+def test_context_leaves_other_layers_alone(monkeypatch):
+    model = tiny_llama()
+    hooked = model.lm_head
+    own = hooked.forward
+    hook = hooked.forward = lambda x: own(x)  # as accelerate's hooks do
+    half = tiny_llama().to(torch.bfloat16)
+    with few_row_products([model, half]):
+        assert vars(hooked)["forward"] is hook
+        assert all(_rerouted(model)) and not any(_rerouted(half))
+    assert vars(hooked)["forward"] is hook and sum(_rerouted(model)) == 1
+    monkeypatch.setenv("FLASHSPEC_FEW_ROW_PRODUCTS", "0")
+    plain = tiny_llama()
+    with few_row_products([plain]):
+        assert not any(_rerouted(plain))
+
+
+def test_generate_verifies_through_few_row_products(monkeypatch, target):
+    calls = []
+
+    def spy(layer, x):
+        calls.append(x.numel() // x.shape[-1])
+        return few_row_linear(layer, x)
+
+    monkeypatch.setattr(cpu_products, "few_row_linear", spy)
+    draft = tiny_llama(layers=1, seed=3, peak=8.0)
+    prompt = torch.tensor([[1, 5, 9, 14]])
+    stock = target.generate(prompt, max_new_tokens=12, do_sample=False)
+    flash = target.generate(prompt, max_new_tokens=12, do_sample=False, flashspec=True, assistant_models=[draft],
+                            num_assistant_tokens=4, selector="fixed")
+    assert torch.equal(flash, stock)
+    assert 5 in calls  # the target's γ + 1 = 5-column verification forwards
+    assert not any(_rerouted(target)) and not any(_rerouted(draft))
