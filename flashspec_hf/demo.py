@@ -31,6 +31,7 @@ from .cli import (
     user_errors,
     with_chat_template,
 )
+from .cpu_products import enabled as few_row_products_enabled
 from .data import builtin_prompts
 from .evaluation.inputs import load_prompt_files, prepare_prompts
 from .evaluation.report import summarize
@@ -77,6 +78,8 @@ def main(argv: list[str] | None = None) -> None:
         "dtype": args.dtype,
         "torch": torch.__version__,
         "transformers": __import__("transformers").__version__,
+        "torch_threads": torch.get_num_threads(),
+        "few_row_products": few_row_products_enabled(),  # cpu_products: the CPU's verification forwards
         **kwargs,
         "selector": label,
         **sent,

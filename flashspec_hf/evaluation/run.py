@@ -17,6 +17,7 @@ import transformers
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..cpu_products import enabled as few_row_products_enabled
 from ..selection import FixedArm, Selector
 from ..stats import FlashSpecStats
 from .inputs import check_output_dir, check_settings, find_category_column, load_prompt_files, prepare_prompts
@@ -257,6 +258,8 @@ def evaluate(
         **source,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "few_row_products": few_row_products_enabled(),  # cpu_products: the CPU's verification forwards
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
         "load_average_before_after": [load_before, _load_average()],  # other work on the machine slows tokens/s
