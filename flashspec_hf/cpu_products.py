@@ -10,10 +10,12 @@ ordered as ``W xᵀ`` runs near the weight-read time. Measured on a Qwen2.5-Code
 5-token forward took 1.69 s as ``linear`` and 1.01 s transposed on one thread (one-token forward 0.50 s), 1.44 s
 and 0.65 s on two.
 
-:func:`few_row_products` reroutes, for the duration of a flashspec call, the float32 ``nn.Linear`` layers of the
-models on the CPU: inputs of 2 to :data:`MAX_ROWS` rows go through ``torch.matmul(W, xᵀ)ᵀ`` (+ bias); others, one
-row included, through ``linear`` as before, so plain decoding's products are stock's bit for bit. The result is
-the same product rounded in another order (as a multi-row product already is against one-row ones).
+:func:`few_row_products` reroutes, for the duration of a flashspec call and in the calling thread only, the float32
+``nn.Linear`` layers of the models on the CPU: inputs of 2 to :data:`MAX_ROWS` rows (batch × tokens: a verification
+forward at batch 1, a short prompt's prefill, batched one-token draft steps) go through ``torch.matmul(W, xᵀ)ᵀ``
+(+ bias); others, one row included, through ``linear`` as before, so batch-1 plain decoding's products are stock's
+bit for bit. The result is the same product rounded in another order (as a multi-row product already is against
+one-row ones). Another thread using the same model meanwhile gets stock's ``linear``.
 ``FLASHSPEC_FEW_ROW_PRODUCTS=0`` in the environment turns it off.
 """
 
@@ -21,6 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
+import types
+import weakref
 from collections.abc import Iterable, Iterator
 
 import torch
@@ -31,7 +36,11 @@ MAX_ROWS = 16
 
 def few_row_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """``layer(x)`` for ``x`` ``[..., K]`` (``[..., N]`` out, the layer's dtype): ``(W xᵀ)ᵀ + b`` when ``x`` has 2 to
-    :data:`MAX_ROWS` rows (the product of all leading dimensions), else ``torch.nn.functional.linear``."""
+    :data:`MAX_ROWS` rows (the product of all leading dimensions), else ``torch.nn.functional.linear``.
+
+    Raises:
+        RuntimeError: as ``linear`` does, for an input whose last dimension or dtype does not match the weight's.
+    """
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     if not 2 <= rows <= MAX_ROWS:
         return torch.nn.functional.linear(x, layer.weight, layer.bias)
@@ -46,22 +55,58 @@ def enabled() -> bool:
     return os.environ.get("FLASHSPEC_FEW_ROW_PRODUCTS", "1") != "0"
 
 
+_lock = threading.Lock()
+_users: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # rerouted layer -> blocks using it (all threads)
+_active = threading.local()  # .depth: few_row_products blocks open in this thread
+
+
+def _rerouted_forward(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """A rerouted layer's ``forward``: :func:`few_row_linear` inside a block of this thread, else stock ``linear``."""
+    if getattr(_active, "depth", 0):
+        return few_row_linear(layer, x)
+    return torch.nn.functional.linear(x, layer.weight, layer.bias)
+
+
+def _eligible(layer: torch.nn.Module) -> bool:
+    """An ``nn.Linear`` (exactly) with a plain, strided float32 weight on the CPU (no tensor subclass, such as a
+    quantized weight, whose own ``linear`` must run)."""
+    weight = getattr(layer, "weight", None)
+    return (type(layer) is torch.nn.Linear and type(weight) in (torch.nn.Parameter, torch.Tensor)
+            and weight.layout == torch.strided and weight.device.type == "cpu" and weight.dtype == torch.float32)
+
+
 @contextlib.contextmanager
 def few_row_products(models: Iterable[torch.nn.Module]) -> Iterator[None]:
-    """Within the block, the float32 ``nn.Linear`` layers (exactly that class) of ``models`` whose weight is on the
-    CPU compute through :func:`few_row_linear`; their own ``forward`` is back afterwards, also on an error. Layers
-    whose ``forward`` is already replaced on the instance (accelerate's hooks, an enclosing block) are left alone.
+    """Within the block, in this thread, the eligible layers of ``models`` (float32 ``nn.Linear``, exactly that
+    class, with a plain weight on the CPU) compute through :func:`few_row_linear`. Blocks may nest and run in
+    several threads on the same models: a layer keeps the rerouting ``forward`` while any block uses it, and gets
+    its own back after the last one, also on an error. Layers whose ``forward`` is replaced on the instance by
+    something else (accelerate's hooks) are left alone, and an override installed inside the block is kept.
     Does nothing when ``FLASHSPEC_FEW_ROW_PRODUCTS=0``."""
-    rerouted = []
+    used = []
     if enabled():
-        for model in models:
-            for layer in model.modules():
-                if (type(layer) is torch.nn.Linear and "forward" not in vars(layer)
-                        and layer.weight.device.type == "cpu" and layer.weight.dtype == torch.float32):
-                    layer.forward = few_row_linear.__get__(layer)
-                    rerouted.append(layer)
+        with _lock:
+            seen = set()
+            for model in models:
+                for layer in model.modules():
+                    if id(layer) in seen or not _eligible(layer):
+                        continue
+                    seen.add(id(layer))
+                    if layer not in _users:
+                        if "forward" in vars(layer):
+                            continue
+                        layer.forward = types.MethodType(_rerouted_forward, layer)
+                    _users[layer] = _users.get(layer, 0) + 1
+                    used.append(layer)
+    _active.depth = getattr(_active, "depth", 0) + 1
     try:
         yield
     finally:
-        for layer in rerouted:
-            del layer.forward
+        _active.depth -= 1
+        with _lock:
+            for layer in used:
+                _users[layer] -= 1
+                if _users[layer] == 0:
+                    del _users[layer]
+                    if getattr(vars(layer).get("forward"), "__func__", None) is _rerouted_forward:
+                        del layer.forward

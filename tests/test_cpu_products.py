@@ -2,6 +2,8 @@
 one-row and many-row inputs go through stock ``linear`` bit for bit, and the layers get their own ``forward``
 back after a call, an error, or when turned off."""
 
+import threading
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -62,6 +64,27 @@ def test_context_leaves_other_layers_alone(monkeypatch):
     plain = tiny_llama()
     with few_row_products([plain]):
         assert not any(_rerouted(plain))
+
+
+def test_other_threads_and_later_overrides_keep_stock_forwards(monkeypatch):
+    calls = []
+    monkeypatch.setattr(cpu_products, "few_row_linear",
+                        lambda layer, x: calls.append(threading.get_ident()) or torch.nn.functional.linear(x, layer.weight))
+    model = tiny_llama()
+    layer = model.lm_head
+    x = torch.randn(5, layer.in_features)
+    with few_row_products([model]):
+        layer(x)
+        thread = threading.Thread(target=lambda: layer(x))
+        thread.start()
+        thread.join()
+        with few_row_products([model]):  # nested: still rerouted after the inner block
+            pass
+        assert all(_rerouted(model))
+        layer(x)
+        hook = model.model.layers[0].mlp.up_proj.forward = lambda x: x  # installed inside the block
+    assert calls == [threading.get_ident()] * 2  # this thread, twice; the other thread ran stock's linear
+    assert vars(model.model.layers[0].mlp.up_proj)["forward"] is hook and sum(_rerouted(model)) == 1
 
 
 def test_generate_verifies_through_few_row_products(monkeypatch, target):
