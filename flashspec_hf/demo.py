@@ -18,8 +18,6 @@ import json
 import sys
 import textwrap
 
-import torch
-
 import flashspec_hf  # noqa: F401  (installs the generate flag)
 
 from .cli import (
@@ -31,11 +29,10 @@ from .cli import (
     user_errors,
     with_chat_template,
 )
-from .cpu_products import enabled as few_row_products_enabled
 from .data import builtin_prompts
 from .evaluation.inputs import load_prompt_files, prepare_prompts
 from .evaluation.report import summarize
-from .evaluation.run import compare_on_prompts
+from .evaluation.run import compare_on_prompts, software
 
 PROG = "flashspec-demo"
 
@@ -76,10 +73,7 @@ def main(argv: list[str] | None = None) -> None:
         "assistants": [getattr(a, "name", None) or a.config.name_or_path for a in assistants],
         "device": str(target.device),
         "dtype": args.dtype,
-        "torch": torch.__version__,
-        "transformers": __import__("transformers").__version__,
-        "torch_threads": torch.get_num_threads(),
-        "few_row_products": few_row_products_enabled(),  # cpu_products: the CPU's verification forwards
+        **software(),
         **kwargs,
         "selector": label,
         **sent,

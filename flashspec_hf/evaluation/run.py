@@ -256,10 +256,7 @@ def evaluate(
         "category_column": category_column,
         "num_prompts_per_category": num_prompts,
         **source,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "torch_threads": torch.get_num_threads(),
-        "few_row_products": few_row_products_enabled(),  # cpu_products: the CPU's verification forwards
+        **software(),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
         "load_average_before_after": [load_before, _load_average()],  # other work on the machine slows tokens/s
@@ -271,6 +268,17 @@ def evaluate(
     if out is not None:
         evaluation.files = write_outputs(evaluation, out, plot=plot)
     return evaluation
+
+
+def software() -> dict:
+    """What a recorded run ran on besides the machine: torch and transformers versions, torch's CPU thread count,
+    and whether few-row products were on (:mod:`flashspec_hf.cpu_products`)."""
+    return {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "few_row_products": few_row_products_enabled(),
+    }
 
 
 def _load_average() -> float | None:
