@@ -86,6 +86,8 @@ def parse_args():
     p.add_argument("--budget-s", type=float, default=420, help="start no (engine, B) cell after this many seconds")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny model and grid, for a CPU smoke test")
+    p.add_argument("--profile", action="store_true",
+                   help="after each cell, one more call under torch.profiler, appended to OUT/NAME_profile.txt")
     if p.parse_args().quick:  # quick defaults; explicit arguments still win
         p.set_defaults(batches="1,2", repeats=1, max_new_tokens=16, prompt_len=16, depths="1,2,3", epsilon=0.3)
     args = p.parse_args()
@@ -278,6 +280,26 @@ def run_cell(engine, model, assistants, ids, mask, args, reference):
     return row, out
 
 
+def profile_cell(engine, model, assistants, ids, mask, args, path):
+    """One more warm call under ``torch.profiler`` (its own overhead included): device kernels launched and their
+    time per new token, and the 25 ops of most device time, appended to ``path``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if model.device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        out, seconds, steps, _ = generate_once(engine, model, assistants, ids, mask, args, args.max_new_tokens)
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    tokens = args.max_new_tokens  # per row
+    kernel_ms = sum(e.device_time for e in kernels) / 1e3
+    head = (f"{engine}, B = {ids.shape[0]}, {tokens} new tokens a row, {len(steps) + 1} steps, {seconds:.3f} s wall "
+            f"under the profiler\nkernels: {len(kernels)} ({len(kernels) / tokens:.0f} per token, "
+            f"{len(kernels) / max(len(steps) + 1, 1):.0f} per step); kernel time {kernel_ms:.1f} ms "
+            f"({kernel_ms / tokens:.3f} ms per token)\n\n")
+    sort = "device_time_total" if kernels else "cpu_time_total"
+    with open(path, "a") as f:
+        f.write(head + prof.key_averages().table(sort_by=sort, row_limit=25, max_name_column_width=70) + "\n\n")
+
+
 def plot(rows, path):
     import matplotlib
 
@@ -342,6 +364,9 @@ def main():
                         fields, out = run_cell(engine, model, assistants, ids, mask, args, reference)
                         row.update({k: round(v, 4) if isinstance(v, float) else v for k, v in fields.items()})
                         reference = out if engine == "stock" else reference
+                        if args.profile:
+                            profile_cell(engine, model, assistants, ids, mask, args,
+                                         out_dir / f"{args.name}_profile.txt")
                     except Exception as e:  # noqa: BLE001  (recorded in the row; the grid goes on)
                         row["error"] = f"{type(e).__name__}: {e}".splitlines()[0][:300]
                 rows.append(row)

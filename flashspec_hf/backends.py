@@ -7,8 +7,9 @@ out, and how steps are launched.
   each step's counts run here: prefix-dependent processors and stopping criteria (rows grouped by length), the
   streamer, recorded scores, full-information selection.
 - :class:`StaticBackend` (``cache_implementation="static"``; CUDA's default when the call needs nothing it lacks):
-  commits ``γ + 1`` columns every step (rejected drafts stay as masked holes); every offset lives on the device and
-  every draft model is kept current, so a step has fixed shapes and addresses. On CUDA (every model on one GPU) the
+  the dense layout (each row commits its accepted drafts and one token, and the next step overwrites its rejected
+  columns, so attention spans the prompt and the generated tokens, not every draft ever made); every offset lives
+  on the device, one per row, and every draft model is kept current, so a step has fixed shapes and addresses. On CUDA (every model on one GPU) the
   whole step of each arm, drafting, verification and commit included, is captured once as a CUDA graph and
   replayed: a step is one launch, the target's forwards inside it compiled by inductor. The state a step touches
   (columns, sequences, caches, limits) is kept on the target between calls of the same set-up, so later calls
@@ -35,7 +36,7 @@ from .runners import DynamicRunner, Runner, StaticRunner, has_standard_static_la
 MAX_IN_FLIGHT = 3
 """Steps the static backend lets the host queue ahead of the GPU before it waits for the oldest."""
 
-CAPACITY_STEP = 1024
+CAPACITY_STEP = 128
 """Static capacities are rounded up to a multiple of this on CUDA, so calls share kept sessions and graphs."""
 
 KEPT_SESSIONS = 4
@@ -141,7 +142,7 @@ class StaticSession:
 
 
 class StaticBackend(Backend):
-    """Static caches, ``γ + 1`` columns per step, device-side offsets, whole-step CUDA graphs (module docstring).
+    """Static caches, the dense layout, device-side offsets per row, whole-step CUDA graphs (module docstring).
 
     Args:
         models: the target (sessions are kept on it), then the draft models.
@@ -162,7 +163,10 @@ class StaticBackend(Backend):
         self.session: StaticSession | None = None
 
     def capacity(self, prompt_length: int, max_new_tokens: int) -> int:
-        needed = super().capacity(prompt_length, max_new_tokens)
+        """Columns a dense call can need: a lead column, the prompt, ``max_new_tokens`` (a row's last step may commit
+        ``γ`` columns past them before it freezes) and one more step's drafts; rounded up to
+        :data:`CAPACITY_STEP` on CUDA."""
+        needed = 1 + prompt_length + max_new_tokens + 2 * (max(self.gammas) + 1)
         return -(-needed // CAPACITY_STEP) * CAPACITY_STEP if self.cuda else needed
 
     def columns(self, input_ids, attention_mask, capacity, max_new_tokens) -> Columns:
@@ -170,7 +174,7 @@ class StaticBackend(Backend):
         self.buffers = self.session.buffers
         lead = 2 - input_ids.shape[1] if input_ids.shape[1] < 2 else 0  # draft models stay two columns behind
         return Columns(input_ids, attention_mask, capacity, max_new_tokens, self.buffers, track_host_length=False,
-                       lead=lead)
+                       lead=lead, dense=True)
 
     def target_runner(self, model: PreTrainedModel, columns: Columns) -> Runner:
         runner = self._runner("target", model, columns, self.compile_options)
@@ -184,8 +188,8 @@ class StaticBackend(Backend):
 
     def _runner(self, key: str, model, columns: Columns, compile_options) -> StaticRunner:
         if key not in self.session.runners:
-            self.session.runners[key] = StaticRunner(model, self.vocab_size, columns.capacity, self.device,
-                                                     compile_options)
+            self.session.runners[key] = StaticRunner(model, self.vocab_size, self.batch_size, columns.capacity,
+                                                     self.device, compile_options)
         return self.session.runners[key]
 
     @functools.cached_property
@@ -212,10 +216,14 @@ class StaticBackend(Backend):
     def commit(self, columns, output, num_accepted, gamma, report) -> None:
         """Nothing after the report: the step committed itself (:meth:`commit_in_step`)."""
 
-    @staticmethod
-    def commit_in_step(columns: Columns, output: torch.Tensor, num_accepted: torch.Tensor, gamma: int) -> None:
-        """The step's own commit: ``γ + 1`` columns, no host knowledge needed (captured with the step)."""
-        columns.commit(output, num_accepted, gamma + 1)
+    def commit_in_step(self, columns: Columns, output: torch.Tensor, num_accepted: torch.Tensor, gamma: int,
+                       was_finished: torch.Tensor) -> None:
+        """The step's own commit, captured with it: each row's accepted drafts and one token (rows finished before
+        the step, ``was_finished`` bool ``[B]``, frozen), then every runner rewound per row to where the backend
+        keeps it: the target one column behind the committed length (its pending column), draft models two."""
+        columns.commit(output, num_accepted, gamma + 1, frozen=was_finished)
+        for key, runner in self.session.runners.items():
+            runner.rewind(columns.length - (1 if key == "target" else 2))
 
     @staticmethod
     def unsupported(models: list[PreTrainedModel], capture_safe: bool, criteria: bool, streamer, recording: bool,

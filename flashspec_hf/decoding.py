@@ -106,7 +106,7 @@ def speculative_step(run: Run, arm: int) -> Step:
     if run.recorder.active:
         run.recorder.add(target_scores, logits, num_emitted)
     if run.commit_in_step is not None:
-        run.commit_in_step(run.columns, output, num_accepted, gamma)
+        run.commit_in_step(run.columns, output, num_accepted, gamma, was_finished)
     return Step(arm, gamma, output, num_accepted, num_emitted, was_finished, finished, num_new_before)
 
 
@@ -234,7 +234,7 @@ def speculative_decode(
         recorder=recorder,
         finished=finished,
         groups=groups,
-        commit_in_step=StaticBackend.commit_in_step if isinstance(backend, StaticBackend) else None,
+        commit_in_step=backend.commit_in_step if isinstance(backend, StaticBackend) else None,
     )
     with few_row_products([model, *(a for a in assistants if isinstance(a, PreTrainedModel))]):  # CPU only
         if selector.cost_aware:

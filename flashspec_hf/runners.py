@@ -8,9 +8,10 @@ draft. Two kinds:
 - :class:`DynamicRunner`: ``seen`` on the host, a ``DynamicCache`` that grows with the columns and is cropped on
   rewind; the model builds its own causal mask from a 2D padding mask (or none), so sliding-window layers work.
   A draft model catches up lazily: one forward over everything it missed.
-- :class:`StaticRunner`: ``seen`` on the device and a ``StaticCache`` of ``N`` columns with a 4D mask over all of
-  them, so every forward of a step has a fixed shape and a fixed address: the whole step can be captured as one
-  CUDA graph. Every draft model is kept two columns behind the committed length after every step (its catch-up is
+- :class:`StaticRunner`: ``seen`` on the device, one count per row, and a ``StaticCache`` of ``N`` columns whose
+  layers write each row's new keys and values at that row's own offset (:class:`RowOffsetLayer`: the dense layout
+  of :mod:`~flashspec_hf.columns`), with a 4D mask over all of them, so every forward of a step has a fixed shape
+  and a fixed address: the whole step can be captured as one CUDA graph. Every draft model is kept two columns behind the committed length after every step (its catch-up is
   always two columns wide). Its forwards can be compiled by ``torch.compile`` (inductor without its own CUDA
   graphs: the step's graph captures its kernels); the compiled forward is kept on the model, so compilation
   happens once per model and shape family.
@@ -131,23 +132,55 @@ class DynamicRunner(Runner):
         return self._call(ids, positions, columns.attention_mask_2d(self.seen + ids.shape[1]), self.cache, keep)
 
 
+class RowOffsetLayer(StaticLayer):
+    """A static cache layer that writes each row's new keys and values at that row's own column offset.
+
+    transformers' :class:`StaticLayer` writes every row at one shared offset; ragged acceptance then leaves rejected
+    drafts in the cache as masked holes. Here row ``b``'s ``w`` new columns go to
+    ``[offsets[b], offsets[b] + w)``, so a runner that rewinds a row to its committed length overwrites the rejected
+    columns on the next step. ``offsets`` belongs to the runner (its ``seen``), which advances it after the forward.
+
+    Args:
+        max_cache_len: ``N`` columns.
+        offsets: int64 ``[B]`` each row's write offset, shared by every layer of the cache (not changed here).
+    """
+
+    def __init__(self, max_cache_len: int, offsets: torch.Tensor):
+        super().__init__(max_cache_len)
+        self.offsets = offsets
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Write ``key_states`` ``[B, H, w, D_k]`` and ``value_states`` ``[B, H, w, D_v]`` at each row's offset;
+        return the whole keys and values ``[B, H, N, D]``."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        batch, heads, width, _ = key_states.shape
+        columns = (self.offsets.unsqueeze(1) + torch.arange(width, device=self.device)).view(batch, 1, width, 1)
+        self.keys.scatter_(2, columns.expand(batch, heads, width, self.k_head_dim), key_states)
+        self.values.scatter_(2, columns.expand(batch, heads, width, self.v_head_dim), value_states)
+        return self.keys, self.values
+
+
 class StaticRunner(Runner):
-    """A runner over a ``StaticCache`` of ``N`` columns, ``seen`` on the device: every forward has a fixed shape and
-    reads its offset from the device, so a captured step replays with any column count.
+    """A runner over a ``StaticCache`` of ``N`` columns with :class:`RowOffsetLayer` layers, ``seen`` on the device
+    (int64 ``[B]``, one per row): every forward has a fixed shape and reads its offsets from the device, so a
+    captured step replays with any column counts.
 
     Args:
         model, vocab_size: see :class:`Runner`.
+        batch_size: ``B``.
         capacity: ``N``, the columns' capacity.
         device: where the columns live (``seen`` goes there).
         compile_options: ``torch.compile`` keyword arguments for this model's forwards inside steps (their ``mode``
             is replaced by one without inductor's CUDA graphs), or None for the eager forward.
     """
 
-    def __init__(self, model: PreTrainedModel, vocab_size: int, capacity: int, device: torch.device,
+    def __init__(self, model: PreTrainedModel, vocab_size: int, batch_size: int, capacity: int, device: torch.device,
                  compile_options: dict | None = None):
         super().__init__(model, vocab_size)
-        self.seen = torch.zeros((), dtype=torch.long, device=device)
+        self.seen = torch.zeros(batch_size, dtype=torch.long, device=device)  # [B]
         self.cache = _new_cache(StaticCache, model.config, max_cache_len=capacity)
+        self.cache.layers = [RowOffsetLayer(capacity, self.seen) for _ in self.cache.layers]
         self.dtype = model.get_input_embeddings().weight.dtype
         self.compiled = compiled_call(model, compile_options) if compile_options is not None else None
 
@@ -155,15 +188,12 @@ class StaticRunner(Runner):
         return self.forward(columns, 2, keep=1)  # kept two columns behind: the last committed draft, the pending
 
     def keep_current(self, columns: Columns, gamma: int) -> None:
-        self.forward(columns, gamma + 1, keep=1)  # two columns behind again once the step's γ + 1 are committed
+        self.forward(columns, gamma + 1, keep=1)  # past the step's drafts; the commit rewinds to two behind
 
     def rewind(self, length: int | torch.Tensor) -> None:
-        """Set ``seen`` (and the cache's write offsets) to ``length`` (later writes overwrite; the 4D mask hides
-        the rest)."""
+        """Set ``seen`` (each row's write offset) to ``length`` (a host int, or int64 ``[]`` or ``[B]``): later
+        writes overwrite the columns after it, and the 4D mask hides them until then."""
         self.seen.fill_(length) if isinstance(length, int) else self.seen.copy_(length)
-        for layer in self.cache.layers:
-            if layer.is_initialized:
-                layer.cumulative_length.copy_(self.seen)
 
     def prefill(self, columns: Columns, width: int) -> None:
         """Feed the first ``width`` columns of a call, eagerly (its width changes from call to call)."""

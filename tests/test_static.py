@@ -4,8 +4,12 @@ hypothesis shapes, in tests/test_greedy.py), sampling passes the chi-square gate
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from flashspec_hf import FixedArm, Hedge, PromptLookup, RoundRobin
+from flashspec_hf.buffers import Buffers
+from flashspec_hf.columns import Columns
 
 from .conftest import left_padded, tiny_llama
 from .test_distribution import ALPHA, _exact, _p_value, _sample_counts, _warpers
@@ -252,3 +256,41 @@ def test_a_draft_whose_weights_change_gets_a_new_session(assistants):
     draft.to(torch.float64)  # same set-up, new draft weights: the kept runner's cache no longer fits
     got = _flash(model, [draft], PROMPTS, max_new_tokens=8, **STATIC)
     assert torch.equal(got[0], _stock(model, PROMPTS[0], max_new_tokens=8))
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch=st.integers(1, 4), prompt=st.integers(1, 6), gamma=st.integers(0, 4), data=st.data())
+def test_dense_columns_hold_each_rows_committed_tokens_and_nothing_else(batch, prompt, gamma, data):
+    """The static backend's layout: after any sequence of ragged steps (frozen rows included), row b's first
+    length[b] columns are its prompt, then its accepted drafts and pending tokens, valid, at consecutive positions;
+    the capacity bound holds (writes past it would raise). A frozen row's pending column takes each later step's
+    token (never emitted), so it is left out for them."""
+    max_new = data.draw(st.integers(1, 12))
+    capacity = 1 + prompt + max_new + 2 * (gamma + 1)
+    ids = torch.randint(0, 50, (batch, prompt))  # [B, L]
+    columns = Columns(ids, None, capacity, max_new, Buffers(torch.device("cpu")), track_host_length=False,
+                      lead=max(0, 2 - prompt), dense=True)
+    lead = columns.start_length - prompt
+    expected = [ids[b].tolist() for b in range(batch)]
+    new = [0] * batch
+    for _ in range(max_new):
+        drafts = torch.randint(0, 50, (batch, gamma))  # [B, γ]
+        columns.write_drafts(drafts)
+        accepted = torch.tensor([data.draw(st.integers(0, gamma)) for _ in range(batch)])  # [B]
+        output = torch.cat([drafts, torch.randint(0, 50, (batch, 1))], dim=1)  # [B, γ + 1]
+        output.scatter_(1, accepted.unsqueeze(1), torch.randint(50, 60, (batch, 1)))  # the recovered / bonus token
+        frozen = torch.tensor([n >= max_new for n in new])  # [B]
+        columns.commit(output, accepted, gamma + 1, frozen=frozen)
+        for b in range(batch):
+            if not frozen[b]:
+                expected[b] += output[b, : accepted[b] + 1].tolist()
+                new[b] += int(accepted[b]) + 1
+    for b in range(batch):
+        end = int(columns.length[b])
+        assert end == lead + len(expected[b])
+        kept = end - int(frozen[b])
+        assert columns.tokens[b, lead:kept].tolist() == expected[b][: kept - lead]
+        assert bool(columns.valid[b, lead:end].all())
+        positions = columns.positions[b, lead:end]
+        limit = prompt - 1 + max_new
+        assert positions.tolist() == [min(p, limit) for p in range(len(expected[b]))]
