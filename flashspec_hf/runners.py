@@ -155,7 +155,8 @@ class RowOffsetLayer(StaticLayer):
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         batch, heads, width, _ = key_states.shape
-        columns = (self.offsets.unsqueeze(1) + torch.arange(width, device=self.device)).view(batch, 1, width, 1)
+        offsets = self.offsets.to(self.device)  # [B]; a target split over devices has layers off the columns' device
+        columns = (offsets.unsqueeze(1) + torch.arange(width, device=self.device)).view(batch, 1, width, 1)
         self.keys.scatter_(2, columns.expand(batch, heads, width, self.k_head_dim), key_states)
         self.values.scatter_(2, columns.expand(batch, heads, width, self.v_head_dim), value_states)
         return self.keys, self.values
@@ -179,8 +180,8 @@ class StaticRunner(Runner):
                  compile_options: dict | None = None):
         super().__init__(model, vocab_size)
         self.seen = torch.zeros(batch_size, dtype=torch.long, device=device)  # [B]
-        self.cache = _new_cache(StaticCache, model.config, max_cache_len=capacity)
-        self.cache.layers = [RowOffsetLayer(capacity, self.seen) for _ in self.cache.layers]
+        self.cache = _new_cache(StaticCache, model.config, layer=lambda: RowOffsetLayer(capacity, self.seen),
+                                max_cache_len=capacity)
         self.dtype = model.get_input_embeddings().weight.dtype
         self.compiled = compiled_call(model, compile_options) if compile_options is not None else None
 
@@ -243,10 +244,13 @@ def _cache_kwarg(model_cls: type) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
-def _new_cache(cache_class: type, config, **kwargs):
-    """``cache_class(config=config, **kwargs)`` built on the host whatever the default device: transformers' cache
-    layers create small host-side tensors (a static layer's write offset, a sliding layer's window size) on the
-    default device and move them to the keys' device on first use, which fails under e.g.
-    ``torch.set_default_device("meta")``."""
+def _new_cache(cache_class: type, config, layer=None, **kwargs):
+    """``cache_class(config=config, **kwargs)``, its layers replaced by ``layer()`` ones if given, built on the host
+    whatever the default device: transformers' cache layers create small host-side tensors (a static layer's write
+    offset, a sliding layer's window size) on the default device and move them to the keys' device on first use,
+    which fails under e.g. ``torch.set_default_device("meta")``."""
     with torch.device("cpu"):
-        return cache_class(config=config, **kwargs)
+        cache = cache_class(config=config, **kwargs)
+        if layer is not None:
+            cache.layers = [layer() for _ in cache.layers]
+        return cache
