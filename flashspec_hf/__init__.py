@@ -28,7 +28,8 @@ Glossary (every module's names follow it):
   bandits' Beta posterior counts the same trials). UCB1's reward is accepted / drafted (``accepted / γ``), a value
   in ``[0, 1]`` per step.
 - *columns*: the cache slots shared by every model (:mod:`flashspec_hf.columns`); *holes*: rejected draft columns
-  kept masked at batch > 1; *pending column*: the last emitted token, not yet fed to the target.
+  kept masked at batch > 1 (the dynamic backend; the static one writes over them); *pending column*: the last
+  emitted token, not yet fed to the target.
 - *backend*: how columns and caches are laid out and whether forwards are CUDA graphs (dynamic or static,
   :mod:`flashspec_hf.backends`); *runner*: one model's forward over the columns with its own KV cache.
 """

@@ -9,8 +9,8 @@ out, and how steps are launched.
 - :class:`StaticBackend` (``cache_implementation="static"``; CUDA's default when the call needs nothing it lacks):
   the dense layout (each row commits its accepted drafts and one token, and the next step overwrites its rejected
   columns, so attention spans the prompt and the generated tokens, not every draft ever made); every offset lives
-  on the device, one per row, and every draft model is kept current, so a step has fixed shapes and addresses. On CUDA (every model on one GPU) the
-  whole step of each arm, drafting, verification and commit included, is captured once as a CUDA graph and
+  on the device, one per row, and every draft model is kept current, so a step has fixed shapes and addresses. On
+  CUDA (every model on one GPU) the whole step of each arm, drafting, verification and commit included, is captured once as a CUDA graph and
   replayed: a step is one launch, the target's forwards inside it compiled by inductor. The state a step touches
   (columns, sequences, caches, limits) is kept on the target between calls of the same set-up, so later calls
   replay the graphs the first one captured. Reports are read ``MAX_IN_FLIGHT`` steps late, so a step enqueues
@@ -163,10 +163,10 @@ class StaticBackend(Backend):
         self.session: StaticSession | None = None
 
     def capacity(self, prompt_length: int, max_new_tokens: int) -> int:
-        """Columns a dense call can need: a lead column, the prompt, ``max_new_tokens`` (a row's last step may commit
-        ``γ`` columns past them before it freezes) and one more step's drafts; rounded up to
-        :data:`CAPACITY_STEP` on CUDA."""
-        needed = 1 + prompt_length + max_new_tokens + 2 * (max(self.gammas) + 1)
+        """Columns a dense call can need: a lead column, the prompt, ``max_new_tokens``, the ``γ`` a row's last step
+        may commit past them before it freezes, and the ``γ`` drafts every later step writes after a frozen row's
+        length; rounded up to :data:`CAPACITY_STEP` on CUDA."""
+        needed = 1 + prompt_length + max_new_tokens + 2 * max(self.gammas)
         return -(-needed // CAPACITY_STEP) * CAPACITY_STEP if self.cuda else needed
 
     def columns(self, input_ids, attention_mask, capacity, max_new_tokens) -> Columns:

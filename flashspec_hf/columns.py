@@ -33,7 +33,8 @@ class Columns:
 
     Args:
         input_ids: int64 ``[B, L]`` left-padded prompts; ``attention_mask`` ``[B, L]`` (1 = token) or None.
-        capacity: ``N``, columns to allocate: the prompt, every step's commit and one step's drafts.
+        capacity: ``N``, columns to allocate: the prompt, every step's commit and one step's drafts (the backend's
+            bound for its layout).
         max_new_tokens: tokens a row may generate; positions are clamped to the last position an emitted token can
             have (``L - 1 + max_new_tokens``), so drafts past the end and finished rows never index past it.
         buffers: where the tensors live (:class:`~flashspec_hf.buffers.Buffers`).
@@ -121,8 +122,8 @@ class Columns:
         Args:
             output: int64 ``[B, γ + 1]`` verified tokens (accepted, then the recovered or bonus token).
             num_accepted: int64 ``[B]``, each at most ``width - 1``.
-            width: columns appended (holes layout), ``1 <= width <= γ + 1``.
-            holes: whether some row accepted fewer than ``width - 1`` (False only if known on the host).
+            width: columns appended (holes layout), ``1 <= width <= γ + 1``; unused by the dense layout.
+            holes: whether some row accepted fewer than ``width - 1`` (False only if known on the host; holes layout).
             frozen: bool ``[B]`` rows that append nothing (dense layout: rows finished before the step, so that a
                 finished row's length stays within the capacity however long the others run), or None.
         """

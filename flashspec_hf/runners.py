@@ -11,8 +11,8 @@ draft. Two kinds:
 - :class:`StaticRunner`: ``seen`` on the device, one count per row, and a ``StaticCache`` of ``N`` columns whose
   layers write each row's new keys and values at that row's own offset (:class:`RowOffsetLayer`: the dense layout
   of :mod:`~flashspec_hf.columns`), with a 4D mask over all of them, so every forward of a step has a fixed shape
-  and a fixed address: the whole step can be captured as one CUDA graph. Every draft model is kept two columns behind the committed length after every step (its catch-up is
-  always two columns wide). Its forwards can be compiled by ``torch.compile`` (inductor without its own CUDA
+  and a fixed address: the whole step can be captured as one CUDA graph. Every draft model is rewound to two
+  columns behind the committed length after every step (its catch-up is always two columns wide). Its forwards can be compiled by ``torch.compile`` (inductor without its own CUDA
   graphs: the step's graph captures its kernels); the compiled forward is kept on the model, so compilation
   happens once per model and shape family.
 """
@@ -161,6 +161,11 @@ class RowOffsetLayer(StaticLayer):
         self.values.scatter_(2, columns.expand(batch, heads, width, self.v_head_dim), value_states)
         return self.keys, self.values
 
+    def get_seq_length(self) -> torch.Tensor:
+        """Columns written by the widest row, int64 ``[]`` (rows differ; flashspec passes positions and masks, so
+        models need no single length)."""
+        return self.offsets.max()
+
 
 class StaticRunner(Runner):
     """A runner over a ``StaticCache`` of ``N`` columns with :class:`RowOffsetLayer` layers, ``seen`` on the device
@@ -186,10 +191,10 @@ class StaticRunner(Runner):
         self.compiled = compiled_call(model, compile_options) if compile_options is not None else None
 
     def catch_up(self, columns: Columns) -> torch.Tensor:
-        return self.forward(columns, 2, keep=1)  # kept two columns behind: the last committed draft, the pending
+        return self.forward(columns, 2, keep=1)  # kept two columns behind: the column before the pending, the pending
 
     def keep_current(self, columns: Columns, gamma: int) -> None:
-        self.forward(columns, gamma + 1, keep=1)  # past the step's drafts; the commit rewinds to two behind
+        self.forward(columns, gamma + 1, keep=1)  # [T - 2, T + γ - 1); the commit rewinds it to two behind
 
     def rewind(self, length: int | torch.Tensor) -> None:
         """Set ``seen`` (each row's write offset) to ``length`` (a host int, or int64 ``[]`` or ``[B]``): later
@@ -227,7 +232,6 @@ def has_standard_static_layers(model: PreTrainedModel) -> bool:
     """True when every layer of the model's ``StaticCache`` is a plain :class:`StaticLayer` (no sliding window,
     no linear attention): what :class:`StaticRunner` supports."""
     return all(type(layer) is StaticLayer for layer in _new_cache(StaticCache, model.config, max_cache_len=8).layers)
-
 
 
 def on_one_gpu(model: PreTrainedModel) -> bool:

@@ -266,7 +266,7 @@ def test_dense_columns_hold_each_rows_committed_tokens_and_nothing_else(batch, p
     the capacity bound holds (writes past it would raise). A frozen row's pending column takes each later step's
     token (never emitted), so it is left out for them."""
     max_new = data.draw(st.integers(1, 12))
-    capacity = 1 + prompt + max_new + 2 * (gamma + 1)
+    capacity = 1 + prompt + max_new + 2 * gamma  # StaticBackend.capacity off CUDA
     ids = torch.randint(0, 50, (batch, prompt))  # [B, L]
     columns = Columns(ids, None, capacity, max_new, Buffers(torch.device("cpu")), track_host_length=False,
                       lead=max(0, 2 - prompt), dense=True)
