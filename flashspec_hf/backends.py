@@ -6,16 +6,16 @@ out, and how steps are launched.
   (no hole at batch 1) and crops every ``DynamicCache`` back to the committed columns. Host-side features that need
   each step's counts run here: prefix-dependent processors and stopping criteria (rows grouped by length), the
   streamer, recorded scores, full-information selection.
-- :class:`StaticBackend` (``cache_implementation="static"``; CUDA's default when the call needs nothing it lacks):
-  the dense layout (each row commits its accepted drafts and one token, and the next step overwrites its rejected
-  columns, so attention spans the prompt and the generated tokens, not every draft ever made); every offset lives
-  on the device, one per row, and every draft model is kept current, so a step has fixed shapes and addresses. On
-  CUDA (every model on one GPU) the whole step of each arm, drafting, verification and commit included, is captured once as a CUDA graph and
+- :class:`StaticBackend` (``cache_implementation="static"``; CUDA's default when the call needs nothing it lacks): the
+  dense layout (each row commits its accepted drafts and one token, and the next step overwrites its rejected columns,
+  so attention spans the prompt and the generated tokens, not every draft ever made); every offset lives on the device,
+  one per row, and every draft model is kept current, so a step has fixed shapes and addresses. On CUDA (every model on
+  one GPU) the whole step of each arm, drafting, verification and commit included, is captured once as a CUDA graph and
   replayed: a step is one launch, the target's forwards inside it compiled by inductor. The state a step touches
-  (columns, sequences, caches, limits) is kept on the target between calls of the same set-up, so later calls
-  replay the graphs the first one captured. Reports are read ``MAX_IN_FLIGHT`` steps late, so a step enqueues
-  without any synchronisation. Finished rows emit nothing, so the steps queued after the last row finished cost
-  time but change no output.
+  (columns, sequences, caches, limits) is kept on the target between calls of the same set-up, so later calls replay the
+  graphs the first one captured. Reports are read ``MAX_IN_FLIGHT`` steps late, so a step enqueues without any
+  synchronisation. Finished rows emit nothing, so the steps queued after the last row finished cost time but change no
+  output.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import torch
 
 from .columns import Columns
 from .backends import parameters_fingerprint
-from .cpu_products import enabled as few_row_products_enabled
+from .cpu_products import rerouting
 from .drafts import DraftSource, ModelDrafts
 from .runners import Runner
 
@@ -43,7 +43,7 @@ def arm_costs(
     drafts = {s: source.runner for s, source in enumerate(sources) if isinstance(source, ModelDrafts)}
     models = [target.model, *(runner.model for runner in drafts.values())]
     key = (backend, columns.tokens.shape[0], str(columns.tokens.device), tuple(type(s).__name__ for s in sources),
-           tuple(arms), parameters_fingerprint(models), few_row_products_enabled())
+           tuple(arms), parameters_fingerprint(models), rerouting())
     kept = target.model.__dict__.setdefault("_flashspec_arm_costs", {})
     if key not in kept:
         kept[key] = _calibrate(target, drafts, arms, columns, keeps_current=backend == "StaticBackend")

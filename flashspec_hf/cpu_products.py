@@ -16,14 +16,24 @@ forward at batch 1, a short prompt's prefill, batched one-token draft steps) go 
 (+ bias); others, one row included, through ``linear`` as before, so batch-1 plain decoding's products are stock's
 bit for bit. The result is the same product rounded in another order (as a multi-row product already is against
 one-row ones). Another thread using the same model meanwhile gets stock's ``linear``.
-``FLASHSPEC_FEW_ROW_PRODUCTS=0`` in the environment turns it off.
+
+Whether it pays depends on the CPU and its BLAS: on an Intel Xeon machine of this project (2 cores, the same torch)
+the transposed order took 1.2–2.5× ``linear``'s time at 2–5 rows on the same shapes, and the SmolLM2 demo gave
+0.92× plain with it and 1.13× without. So unless told, it is measured (:func:`pays`): once per process, thread
+count, row count and set of weight shapes, both orders are timed over the models' own first layers (about
+:data:`TIMED_BYTES` of weights) and the rerouting is used only where the transposed order took at most
+:data:`RATIO` of ``linear``'s time. That is a timing, so another process on a busy machine may decide otherwise
+(and round some products differently). ``FLASHSPEC_FEW_ROW_PRODUCTS=0`` in the environment turns it off, ``=1``
+on without measuring.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import threading
+import time
 import types
 import weakref
 from collections.abc import Iterable, Iterator
@@ -32,6 +42,15 @@ import torch
 
 MAX_ROWS = 16
 """Largest row count rerouted; from 32 rows on the two orders measured within 0.9–1.5× of each other."""
+
+TIMED_BYTES = 64 << 20
+"""Weights timed by :func:`pays`: the models' first eligible layers up to this many bytes (past the caches)."""
+
+RATIO = 0.9
+"""The transposed order is used when it took at most this fraction of ``linear``'s time."""
+
+REPEATS = 3
+"""Timed passes of each order (after one warm-up pass each), alternating; the medians are compared."""
 
 
 def few_row_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -50,14 +69,61 @@ def few_row_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return out.view(*x.shape[:-1], out.shape[-1])
 
 
-def enabled() -> bool:
-    """False when the environment says ``FLASHSPEC_FEW_ROW_PRODUCTS=0``."""
-    return os.environ.get("FLASHSPEC_FEW_ROW_PRODUCTS", "1") != "0"
+def setting() -> str:
+    """``"off"`` (``FLASHSPEC_FEW_ROW_PRODUCTS=0``), ``"on"`` (``=1``) or ``"auto"`` (unset or anything else:
+    measured by :func:`pays`)."""
+    return {"0": "off", "1": "on"}.get(os.environ.get("FLASHSPEC_FEW_ROW_PRODUCTS", ""), "auto")
+
+
+def state() -> str:
+    """What a record should say: :func:`setting`, with the last measured decision of this process after
+    ``"auto"`` (``"auto: on"``, ``"auto: off"``; plain ``"auto"`` before any)."""
+    if setting() != "auto" or not _decisions:
+        return setting()
+    return "auto: " + ("on" if list(_decisions.values())[-1] else "off")
+
+
+def rerouting() -> bool:
+    """True inside a :func:`few_row_products` block of this thread that rerouted layers."""
+    return bool(getattr(_active, "on", 0))
+
+
+def pays(layers: list[torch.nn.Linear], rows: int) -> bool:
+    """Whether ``(W xᵀ)ᵀ`` took at most :data:`RATIO` of ``linear``'s time for ``rows``-row inputs through the
+    first of ``layers`` (about :data:`TIMED_BYTES` of their weights; median of :data:`REPEATS` alternating
+    passes), measured once per process for each set of weight shapes, ``rows`` and torch thread count."""
+    timed, size = [], 0
+    for layer in layers:
+        if size >= TIMED_BYTES:
+            break
+        timed.append(layer)
+        size += layer.weight.numel() * layer.weight.element_size()
+    key = (tuple(tuple(layer.weight.shape) for layer in timed), rows, torch.get_num_threads())
+    if key not in _decisions:
+        noise = torch.Generator().manual_seed(0)  # its own: the caller's seeded draws stay as they were
+        widths = {layer.in_features for layer in timed}
+        inputs = {k: torch.randn(rows, k, generator=noise) for k in widths}  # [rows, K] each
+        seconds = {linear_order: [] for linear_order in (True, False)}
+        with torch.no_grad():
+            for repeat in range(REPEATS + 1):
+                for linear_order in (True, False):
+                    start = time.perf_counter()
+                    for layer in timed:
+                        x = inputs[layer.in_features]
+                        if linear_order:
+                            torch.nn.functional.linear(x, layer.weight)
+                        else:
+                            torch.matmul(layer.weight, x.T).T.contiguous()
+                    if repeat:  # the first pass of each order warms up
+                        seconds[linear_order].append(time.perf_counter() - start)
+        _decisions[key] = statistics.median(seconds[False]) <= RATIO * statistics.median(seconds[True])
+    return _decisions[key]
 
 
 _lock = threading.Lock()
 _users: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # rerouted layer -> blocks using it (all threads)
-_active = threading.local()  # .depth: few_row_products blocks open in this thread
+_active = threading.local()  # .depth: few_row_products blocks open in this thread; .on: those that rerouted
+_decisions: dict[tuple, bool] = {}  # pays()'s measured answers, in the order they were made
 
 
 def _rerouted_forward(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -76,33 +142,34 @@ def _eligible(layer: torch.nn.Module) -> bool:
 
 
 @contextlib.contextmanager
-def few_row_products(models: Iterable[torch.nn.Module]) -> Iterator[None]:
+def few_row_products(models: Iterable[torch.nn.Module], rows: int = 5) -> Iterator[None]:
     """Within the block, in this thread, the eligible layers of ``models`` (float32 ``nn.Linear``, exactly that
-    class, with a plain weight on the CPU) compute through :func:`few_row_linear`. Blocks may nest and run in
-    several threads on the same models: a layer keeps the rerouting ``forward`` while any block uses it, and gets
-    its own back after the last one, also on an error. Layers whose ``forward`` is replaced on the instance by
-    something else (accelerate's hooks) are left alone, and an override installed inside the block is kept.
-    Does nothing when ``FLASHSPEC_FEW_ROW_PRODUCTS=0``."""
+    class, with a plain weight on the CPU) compute through :func:`few_row_linear`, if :func:`setting` is
+    ``"on"``, or ``"auto"`` and :func:`pays` for ``rows``-row inputs (a verification forward's ``γ + 1`` at batch
+    1). Blocks may nest and run in several threads on the same models: a layer keeps the rerouting ``forward``
+    while any block uses it, and gets its own back after the last one, also on an error. Layers whose ``forward``
+    is replaced on the instance by something else (accelerate's hooks) are left alone, and an override installed
+    inside the block is kept."""
     used = []
-    if enabled():
+    mode = setting()
+    eligible = [] if mode == "off" else list({id(m): m for model in models for m in model.modules()
+                                              if _eligible(m)}.values())
+    if eligible and (mode == "on" or pays(eligible, rows)):
         with _lock:
-            seen = set()
-            for model in models:
-                for layer in model.modules():
-                    if id(layer) in seen or not _eligible(layer):
+            for layer in eligible:
+                if layer not in _users:
+                    if "forward" in vars(layer):
                         continue
-                    seen.add(id(layer))
-                    if layer not in _users:
-                        if "forward" in vars(layer):
-                            continue
-                        layer.forward = types.MethodType(_rerouted_forward, layer)
-                    _users[layer] = _users.get(layer, 0) + 1
-                    used.append(layer)
+                    layer.forward = types.MethodType(_rerouted_forward, layer)
+                _users[layer] = _users.get(layer, 0) + 1
+                used.append(layer)
     _active.depth = getattr(_active, "depth", 0) + 1
+    _active.on = getattr(_active, "on", 0) + bool(used)
     try:
         yield
     finally:
         _active.depth -= 1
+        _active.on -= bool(used)
         with _lock:
             for layer in used:
                 _users[layer] -= 1

@@ -30,7 +30,7 @@ from transformers.generation.utils import GenerateDecoderOnlyOutput
 from .backends import Backend, DynamicBackend, StaticBackend
 from .columns import Columns
 from .costs import arm_costs
-from .cpu_products import few_row_products
+from .cpu_products import MAX_ROWS, few_row_products
 from .drafts import DraftContext, DraftSource, ModelDrafts, PlainDecoding, PromptLookup, score_arms
 from .kernels.reference import PLACEHOLDER_TOKEN_ID
 from .outputs import Recorder
@@ -236,7 +236,8 @@ def speculative_decode(
         groups=groups,
         commit_in_step=backend.commit_in_step if isinstance(backend, StaticBackend) else None,
     )
-    with few_row_products([model, *(a for a in assistants if isinstance(a, PreTrainedModel))]):  # CPU only
+    rows = min(batch_size * (max(gammas) + 1), MAX_ROWS)  # a verification forward's
+    with few_row_products([model, *(a for a in assistants if isinstance(a, PreTrainedModel))], rows):  # CPU only
         if selector.cost_aware:
             selector.set_costs(arm_costs(target, sources, arms, columns, type(backend).__name__))
         stats.setup_seconds = time.perf_counter() - start

@@ -8,13 +8,13 @@ draft. Two kinds:
 - :class:`DynamicRunner`: ``seen`` on the host, a ``DynamicCache`` that grows with the columns and is cropped on
   rewind; the model builds its own causal mask from a 2D padding mask (or none), so sliding-window layers work.
   A draft model catches up lazily: one forward over everything it missed.
-- :class:`StaticRunner`: ``seen`` on the device, one count per row, and a ``StaticCache`` of ``N`` columns whose
-  layers write each row's new keys and values at that row's own offset (:class:`RowOffsetLayer`: the dense layout
-  of :mod:`~flashspec_hf.columns`), with a 4D mask over all of them, so every forward of a step has a fixed shape
-  and a fixed address: the whole step can be captured as one CUDA graph. Every draft model is rewound to two
-  columns behind the committed length after every step (its catch-up is always two columns wide). Its forwards can be compiled by ``torch.compile`` (inductor without its own CUDA
-  graphs: the step's graph captures its kernels); the compiled forward is kept on the model, so compilation
-  happens once per model and shape family.
+- :class:`StaticRunner`: ``seen`` on the device, one count per row, and a ``StaticCache`` of ``N`` columns whose layers
+  write each row's new keys and values at that row's own offset (:class:`RowOffsetLayer`: the dense layout of
+  :mod:`~flashspec_hf.columns`), with a 4D mask over all of them, so every forward of a step has a fixed shape and a
+  fixed address: the whole step can be captured as one CUDA graph. Every draft model is rewound to two columns behind
+  the committed length after every step (its catch-up is always two columns wide). Its forwards can be compiled by
+  ``torch.compile`` (inductor without its own CUDA graphs: the step's graph captures its kernels); the compiled forward
+  is kept on the model, so compilation happens once per model and shape family.
 """
 
 from __future__ import annotations

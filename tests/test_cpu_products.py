@@ -1,6 +1,6 @@
 """Few-row products on the CPU (:mod:`flashspec_hf.cpu_products`): the rerouted linear computes the same product,
 one-row and many-row inputs go through stock ``linear`` bit for bit, and the layers get their own ``forward``
-back after a call, an error, or when turned off."""
+back after a call, an error, or when turned off; unless told, the rerouting is used where it measured faster."""
 
 import threading
 
@@ -13,6 +13,12 @@ from flashspec_hf import cpu_products
 from flashspec_hf.cpu_products import MAX_ROWS, few_row_linear, few_row_products
 
 from .conftest import tiny_llama
+
+
+@pytest.fixture(autouse=True)
+def _forced_on(monkeypatch):
+    """The rerouting on without measuring (``FLASHSPEC_FEW_ROW_PRODUCTS=1``), unless a test sets otherwise."""
+    monkeypatch.setenv("FLASHSPEC_FEW_ROW_PRODUCTS", "1")
 
 
 @settings(max_examples=60, deadline=None)
@@ -103,3 +109,39 @@ def test_generate_verifies_through_few_row_products(monkeypatch, target):
     assert torch.equal(flash, stock)
     assert 5 in calls  # the target's γ + 1 = 5-column verification forwards
     assert not any(_rerouted(target)) and not any(_rerouted(draft))
+
+
+@pytest.mark.parametrize("transposed_faster", [True, False])
+def test_auto_reroutes_only_where_the_transposed_order_measured_faster(monkeypatch, transposed_faster):
+    """Unset: the decision is pays()'s, timed once per set of shapes, rows and threads, and kept."""
+    monkeypatch.delenv("FLASHSPEC_FEW_ROW_PRODUCTS")
+    monkeypatch.setattr(cpu_products, "_decisions", {})
+    slow, fast = 1.0, 0.5
+    timed = []
+
+    def matmul(weight, x):  # the transposed order's product
+        timed.append("transposed")
+        clock[0] += fast if transposed_faster else slow
+        return torch.mm(weight, x)
+
+    def linear(x, weight, bias=None):
+        timed.append("linear")
+        clock[0] += slow if transposed_faster else fast
+        return torch.mm(x, weight.T)
+
+    clock = [0.0]
+    monkeypatch.setattr(cpu_products.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(cpu_products.torch, "matmul", matmul)
+    monkeypatch.setattr(cpu_products.torch.nn.functional, "linear", linear)
+    model = tiny_llama()
+    with few_row_products([model], rows=5):
+        assert all(_rerouted(model)) == transposed_faster and cpu_products.rerouting() == transposed_faster
+    assert cpu_products.state() == ("auto: on" if transposed_faster else "auto: off")
+    layers = sum(type(m) is torch.nn.Linear for m in model.modules())
+    assert timed.count("linear") == timed.count("transposed") == layers * (cpu_products.REPEATS + 1)
+    with few_row_products([model], rows=5):
+        pass
+    assert len(timed) == 2 * layers * (cpu_products.REPEATS + 1)  # measured once
+    with few_row_products([model], rows=3):
+        pass
+    assert len(timed) == 4 * layers * (cpu_products.REPEATS + 1)  # another row count: measured again

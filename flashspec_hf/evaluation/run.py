@@ -17,7 +17,7 @@ import transformers
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..cpu_products import enabled as few_row_products_enabled
+from ..cpu_products import state as few_row_products_state
 from ..selection import FixedArm, Selector
 from ..stats import FlashSpecStats
 from .inputs import check_output_dir, check_settings, find_category_column, load_prompt_files, prepare_prompts
@@ -272,12 +272,13 @@ def evaluate(
 
 def software() -> dict:
     """What a recorded run ran on besides the machine: torch and transformers versions, torch's CPU thread count,
-    and whether few-row products were on (:mod:`flashspec_hf.cpu_products`)."""
+    and whether few-row products were on (:func:`flashspec_hf.cpu_products.state`: ``"on"``, ``"off"``, or
+    ``"auto: on"`` / ``"auto: off"`` as last measured)."""
     return {
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "torch_threads": torch.get_num_threads(),
-        "few_row_products": few_row_products_enabled(),
+        "few_row_products": few_row_products_state(),
     }
 
 
