@@ -196,6 +196,7 @@ def speculative_decode(
     arms = [(s, 0 if isinstance(a, PlainDecoding) else g) for s, a in enumerate(assistants) for g in gammas]
     arms = list(dict.fromkeys(arms))  # (source index, γ) per arm; the plain arm once
     selector.ensure(len(arms), [g for _, g in arms])
+    selector.begin_call()
     vocab_size = model.config.get_text_config().vocab_size
     processing = LogitsProcessing(logits_processor)
     recorder = Recorder(generation_config)

@@ -67,6 +67,10 @@ class Selector(ABC):
         if self.num_arms != num_arms or (gammas is not None and self.gammas != list(gammas)):
             self.reset(num_arms, gammas)
 
+    def begin_call(self) -> None:
+        """Called at the start of every ``generate`` call, after :meth:`ensure`: a selector kept across calls may
+        weaken what it learnt, since the next prompt's domain may differ (nothing by default)."""
+
     @abstractmethod
     def select(self) -> int:
         """Index of the arm that drafts the next step."""
@@ -155,17 +159,24 @@ class ThompsonSampling(Selector):
     acceptance rate α is ``Beta(1 + accepted_a, 1 + rejected_a)``; the arm whose posterior draw has the largest
     value (``1 + Σ_k α^k`` tokens per step, per second when cost-aware) drafts. With ``discount < 1`` it is
     discounted Thompson sampling (Raj & Kalyani 2017): all arms' counts are multiplied by ``discount`` every step.
+    With ``call_memory``, a selector kept across ``generate`` calls scales each arm's counts down to at most that
+    many tested draft tokens when a call starts: its acceptance estimate stays, its confidence becomes that of a few
+    steps, so a new prompt from another domain (chat after code) moves the choice within a few steps instead of
+    the ``1 / (1 - discount)`` the discount alone takes.
 
     Args:
         seed: seed of the selector's own random generator (host side; generation randomness is untouched).
         discount: in ``(0, 1]``; 1 is plain Thompson sampling.
         cost_aware: see :class:`Selector`.
+        call_memory: tested draft tokens per arm kept at the start of a call (> 0), or None to keep everything.
     """
 
-    def __init__(self, seed: int = 0, discount: float = 1.0, cost_aware: bool = False):
+    def __init__(self, seed: int = 0, discount: float = 1.0, cost_aware: bool = False,
+                 call_memory: float | None = None):
         super().__init__(cost_aware)
         self.rng = random.Random(seed)
         self.discount = discount
+        self.call_memory = call_memory
 
     def reset(self, num_arms: int, gammas: list[int] | None = None) -> None:
         super().reset(num_arms, gammas)
@@ -178,6 +189,14 @@ class ThompsonSampling(Selector):
         self.failures = [x * self.discount for x in self.failures]
         self.successes[arm] += sum(accepted)
         self.failures[arm] += sum(n < gamma for n in accepted)
+
+    def begin_call(self) -> None:
+        if self.call_memory is None:
+            return
+        for arm in range(self.num_arms):
+            scale = min(1.0, self.call_memory / max(self.successes[arm] + self.failures[arm], 1e-12))
+            self.successes[arm] *= scale
+            self.failures[arm] *= scale
 
     def select(self) -> int:
         draws = [self.rng.betavariate(1 + a, 1 + b) for a, b in zip(self.successes, self.failures, strict=True)]
@@ -260,7 +279,7 @@ SELECTORS = {
     "discounted_thompson": lambda: ThompsonSampling(discount=0.998),
     "discounted_ucb": lambda: UCB1(discount=0.998),
     "cost_aware_thompson": lambda: ThompsonSampling(cost_aware=True),
-    "cost_aware_discounted_thompson": lambda: ThompsonSampling(discount=0.99, cost_aware=True),
+    "cost_aware_discounted_thompson": lambda: ThompsonSampling(discount=0.99, cost_aware=True, call_memory=8),
     "cost_aware_ucb1": lambda: UCB1(exploration=0.5, cost_aware=True),
     "cost_aware_hedge": lambda: Hedge(cost_aware=True),
     "round_robin": RoundRobin,
@@ -270,8 +289,8 @@ SELECTORS = {
 
 def make_selector(spec: str | Selector | None) -> Selector:
     """Selector from a name in :data:`SELECTORS` (a fresh one; ``discounted_*`` use ``discount=0.998``, a memory
-    of about 500 steps; ``cost_aware_discounted_thompson`` 0.99, about 100 steps, for one selector serving a
-    stream of prompts whose domain changes) or an instance (kept as is, with what it learned); None = Thompson.
+    of about 500 steps; ``cost_aware_discounted_thompson`` 0.99, about 100 steps, and a ``call_memory`` of 8 tested
+    draft tokens per arm, for one selector serving a stream of prompts whose domain changes) or an instance (kept as is, with what it learned); None = Thompson.
     The caller fits it to its arms with :meth:`Selector.ensure`.
 
     Raises:

@@ -5,7 +5,7 @@ import torch
 
 from benchmarks.regret import COSTS, SETTINGS, run
 from flashspec_hf import Hedge, PromptLookup, ThompsonSampling, UCB1
-from flashspec_hf.selection import SELECTORS, make_selector
+from flashspec_hf.selection import SELECTORS, expected_accepted, make_selector
 
 
 def _regret(setting, make, rounds, seeds=3, costs=None):
@@ -74,3 +74,56 @@ def test_prompt_lookup_proposals(row, gamma, want):
 def test_prompt_lookup_rejects_bad_ngram_lengths():
     with pytest.raises(ValueError, match="min_ngram <= max_ngram"):
         PromptLookup(max_ngram=1, min_ngram=2)
+
+
+def _calls_regret(selector, seed, calls=24, steps=15, gamma=4):
+    """Regret (expected tokens lost against the best arm) over a stream of calls whose domain switches every three
+    calls: arm 0 accepts 85% on chat and 10% on code, arm 1 the reverse."""
+    rng = torch.Generator().manual_seed(seed)
+    alphas = {"chat": [0.85, 0.10], "code": [0.10, 0.85]}
+    selector.ensure(2, [gamma, gamma])
+    regret = 0.0
+    for call in range(calls):
+        domain = alphas["chat" if call // 3 % 2 == 0 else "code"]
+        selector.begin_call()
+        for _ in range(steps):
+            arm = selector.choose()
+            draws = torch.rand(gamma, generator=rng) < domain[arm]
+            accepted = int(draws.long().cumprod(0).sum())
+            selector.update(arm, [accepted], gamma)
+            regret += expected_accepted(max(domain), gamma) - expected_accepted(domain[arm], gamma)
+    return regret
+
+
+def test_call_memory_follows_a_domain_switch_between_calls():
+    """One selector kept across calls: capping each arm's evidence when a call starts loses less after a switch."""
+    kept = sum(_calls_regret(ThompsonSampling(seed=s, discount=0.99), s) for s in range(3))
+    capped = sum(_calls_regret(ThompsonSampling(seed=s, discount=0.99, call_memory=8), s) for s in range(3))
+    assert capped < 0.7 * kept
+
+
+def test_begin_call_scales_counts_down_to_call_memory():
+    selector = ThompsonSampling(call_memory=8)
+    selector.ensure(3, [4, 4, 4])
+    for accepted in ([4], [3], [4], [1]):
+        selector.update(0, accepted, 4)
+    selector.update(1, [0], 4)
+    selector.begin_call()
+    assert selector.successes[0] + selector.failures[0] == pytest.approx(8)
+    assert selector.successes[0] / selector.failures[0] == pytest.approx(12 / 2)  # 12 accepted, 2 rejections
+    assert (selector.successes[1], selector.failures[1]) == (0, 1)  # under the cap: kept
+    assert (selector.successes[2], selector.failures[2]) == (0, 0)
+
+
+def test_generate_starts_each_call_with_begin_call(target, assistants):
+    class Counting(ThompsonSampling):
+        calls = 0
+
+        def begin_call(self):
+            Counting.calls += 1
+
+    selector = Counting()
+    for _ in range(2):
+        target.generate(torch.tensor([[3, 9, 27]]), max_new_tokens=4, do_sample=False, flashspec=True,
+                        assistant_models=assistants, selector=selector)
+    assert Counting.calls == 2
