@@ -133,6 +133,7 @@ class Columns:
             if frozen is not None:  # a frozen row's pending column takes the step's token, never emitted
                 advance = advance.masked_fill(frozen, 0)
             at = (self.length + advance - 1).unsqueeze(1)  # [B, 1] each row's new pending column
+            self.valid.scatter_(1, at, True)  # a bonus token's column held no draft
         else:
             index = self.length.unsqueeze(1) + self.index[:width]  # [B, w]: the drafts, then the pending
             kept = self.index[:width] < num_accepted.unsqueeze(1)  # [B, w] accepted drafts
@@ -140,7 +141,6 @@ class Columns:
             self.valid.scatter_(1, index, kept)
             advance, at = num_accepted + 1, index[:, -1:]
         self.pending_position += advance
-        self.valid.scatter_(1, at, True)
         self.tokens.scatter_(1, at, pending)
         self.positions.scatter_(1, at, self.pending_position.clamp(max=self.max_position).unsqueeze(1))
         self.length += advance if self.dense else width
