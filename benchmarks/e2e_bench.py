@@ -17,7 +17,8 @@ held-out prompts of draft_release/build_distill_corpus.py (``--domains``), cut t
 EOS is disabled: every row generates exactly --max-new-tokens.
 
 Per engine and batch B: tokens/s (B x new tokens / wall s of one generate call, prefill included; median, min,
-max over --repeats after a warm-up), τ (tokens per row per step; 1 for stock), step time in ms (p50 / p99 / mean
+max over --repeats after a warm-up at full length, whose seconds, compilation and graph capture included, are
+first_call_s), τ (tokens per row per step; 1 for stock), step time in ms (p50 / p99 / mean
 over decode steps: 1 token per row for stock, τ for speculative engines; the step holding the prefill left out),
 peak CUDA memory (GiB) and match_rate (fraction of rows identical to stock greedy; 1 expected in fp32). An engine
 that raises gets its error in the row. Writes OUT/NAME.csv, NAME.png (tokens/s vs B), NAME.env.txt.
@@ -51,7 +52,7 @@ QUICK = dict(TINYLLAMA, hidden_size=64, intermediate_size=128, num_hidden_layers
              num_key_value_heads=2)
 COLUMNS = ["target", "weights", "dtype", "engine", "batch", "gamma", "prompt_len", "max_new_tokens", "repeats",
            "tok_s_median", "tok_s_min", "tok_s_max", "tau", "alpha", "step_ms_p50", "step_ms_p99", "step_ms_mean",
-           "peak_mem_gib", "match_rate", "acceptance", "note", "error"]
+           "peak_mem_gib", "first_call_s", "match_rate", "acceptance", "note", "error"]
 FLASHSPEC = ("fixed", "fixed_eager", "thompson", "default", "fixed_dynamic", "thompson_dynamic")
 # default: what a user gets with the default selector (cost-aware discounted Thompson, with its plain-decoding arm)
 # over the pool plus prompt lookup; *_eager: captured forwards not compiled (disable_compile=True);
@@ -252,7 +253,7 @@ def generate_once(engine, model, assistants, ids, mask, args, new_tokens):
 def run_cell(engine, model, assistants, ids, mask, args, reference):
     """Warm-up at full length (stock static and flashspec's static loop size their caches by it, so compilation
     and graph capture happen there) + repeats of one cell."""
-    generate_once(engine, model, assistants, ids, mask, args, args.max_new_tokens)
+    _, first_call_s, _, _ = generate_once(engine, model, assistants, ids, mask, args, args.max_new_tokens)
     rates, steps, peaks = [], [], []
     for _ in range(args.repeats):
         out, seconds, step_ms, info = generate_once(engine, model, assistants, ids, mask, args, args.max_new_tokens)
@@ -260,7 +261,8 @@ def run_cell(engine, model, assistants, ids, mask, args, reference):
         rates.append(ids.shape[0] * args.max_new_tokens / seconds)
         steps += step_ms
         peaks.append(info["peak"])
-    row = dict(tok_s_median=statistics.median(rates), tok_s_min=min(rates), tok_s_max=max(rates), tau=1.0)
+    row = dict(tok_s_median=statistics.median(rates), tok_s_min=min(rates), tok_s_max=max(rates), tau=1.0,
+               first_call_s=first_call_s)
     if engine in FLASHSPEC:
         stats = model.flashspec_stats
         row.update(tau=stats.tau, alpha=";".join(f"{k}={v:.3f}" for k, v in stats.alpha.items()))

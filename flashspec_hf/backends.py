@@ -11,7 +11,9 @@ out, and how steps are launched.
   so attention spans the prompt and the generated tokens, not every draft ever made); every offset lives on the device,
   one per row, and every draft model is kept current, so a step has fixed shapes and addresses. On CUDA (every model on
   one GPU) the whole step of each arm, drafting, verification and commit included, is captured once as a CUDA graph and
-  replayed: a step is one launch, the target's forwards inside it compiled by inductor. The state a step touches
+  replayed: a step is one launch, the forwards inside it (target and draft models on CUDA) compiled by inductor, and
+  the host seconds of the eager first steps and captures (where compilation happens) are reported apart
+  (:attr:`StaticBackend.warmup_seconds`). The state a step touches
   (columns, sequences, caches, limits) is kept on the target between calls of the same set-up, so later calls replay the
   graphs the first one captured. Reports are read ``MAX_IN_FLIGHT`` steps late, so a step enqueues without any
   synchronisation. Finished rows emit nothing, so the steps queued after the last row finished cost time but change no
@@ -21,6 +23,7 @@ out, and how steps are launched.
 from __future__ import annotations
 
 import functools
+import time
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable
@@ -56,6 +59,10 @@ class Backend(ABC):
 
     in_flight: int
     """Reports the host may leave unread after a step (0: each step's report is read before the next step)."""
+
+    warmup_seconds: float = 0.0
+    """Host seconds of this call's steps that ran eagerly before their capture and of the captures (compilation
+    happens there); 0 without CUDA graphs."""
 
     def __init__(self, batch_size: int, vocab_size: int, gammas: list[int], device: torch.device):
         self.batch_size, self.vocab_size, self.gammas, self.device = batch_size, vocab_size, gammas, device
@@ -148,8 +155,8 @@ class StaticBackend(Backend):
         models: the target (sessions are kept on it), then the draft models.
         set_up: what a captured step depends on besides the tensors it reads (arms, processors' settings, EOS
             count, …): the session key, with the batch size and capacity.
-        compile_options: ``torch.compile`` arguments for the target's forwards inside steps (CUDA only), or None
-            for the eager forward (``generate(..., disable_compile=True)``).
+        compile_options: ``torch.compile`` arguments for the forwards inside steps of every model on CUDA (target
+            and draft models), or None for eager forwards (``generate(..., disable_compile=True)``).
     """
 
     in_flight = MAX_IN_FLIGHT
@@ -177,19 +184,21 @@ class StaticBackend(Backend):
                        lead=lead, dense=True)
 
     def target_runner(self, model: PreTrainedModel, columns: Columns) -> Runner:
-        runner = self._runner("target", model, columns, self.compile_options)
+        runner = self._runner("target", model, columns)
         runner.prefill(columns, columns.start_length - 1)  # the pending column is read with the drafts
         return runner
 
     def draft_runner(self, model: PreTrainedModel, columns: Columns, source: int) -> Runner:
-        runner = self._runner(f"draft {source}", model, columns, None)
+        runner = self._runner(f"draft {source}", model, columns)
         runner.prefill(columns, columns.start_length - 2)  # draft models stay two columns behind
         return runner
 
-    def _runner(self, key: str, model, columns: Columns, compile_options) -> StaticRunner:
+    def _runner(self, key: str, model, columns: Columns) -> StaticRunner:
+        """The session's runner ``key``, new if none; its forwards compiled when its model is on CUDA."""
         if key not in self.session.runners:
+            options = self.compile_options if model.device.type == "cuda" else None
             self.session.runners[key] = StaticRunner(model, self.vocab_size, self.batch_size, columns.capacity,
-                                                     self.device, compile_options)
+                                                     self.device, options)
         return self.session.runners[key]
 
     @functools.cached_property
@@ -202,13 +211,19 @@ class StaticBackend(Backend):
         once as a CUDA graph and replayed."""
         session = self.session
         session.uses[arm] += 1
-        if not self.graphed or session.uses[arm] <= EAGER_USES:
+        if not self.graphed:
             return run_step(arm)
+        start = time.perf_counter()
+        if session.uses[arm] <= EAGER_USES:
+            outputs = run_step(arm)
+            self.warmup_seconds += time.perf_counter() - start
+            return outputs
         if arm not in session.graphs:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=session.pool):
                 outputs = run_step(arm)
             session.graphs[arm] = (graph, outputs)
+            self.warmup_seconds += time.perf_counter() - start
         graph, outputs = session.graphs[arm]
         graph.replay()
         return outputs

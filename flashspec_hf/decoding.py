@@ -246,6 +246,7 @@ def speculative_decode(
 
     stats.new_tokens = sum(sequences.num_new_host)
     stats.seconds = time.perf_counter() - start
+    stats.warmup_seconds = backend.warmup_seconds
     model.flashspec_stats = stats
     if not generation_config.return_dict_in_generate:
         return sequences.result()

@@ -12,15 +12,16 @@ draft. Two kinds:
   write each row's new keys and values at that row's own offset (:class:`RowOffsetLayer`: the dense layout of
   :mod:`~flashspec_hf.columns`), with a 4D mask over all of them, so every forward of a step has a fixed shape and a
   fixed address: the whole step can be captured as one CUDA graph. Every draft model is rewound to two columns behind
-  the committed length after every step (its catch-up is always two columns wide). Its forwards can be compiled by
-  ``torch.compile`` (inductor without its own CUDA graphs: the step's graph captures its kernels); the compiled forward
-  is kept on the model, so compilation happens once per model and shape family.
+  the committed length after every step (its catch-up is always two columns wide). Its forwards, the target's and the
+  drafts' alike, can be compiled by ``torch.compile`` (inductor without its own CUDA graphs: the step's graph captures
+  its kernels); the compiled forward is kept on the model, so compilation happens once per model and shape family.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 
 import torch
 import transformers
@@ -216,15 +217,28 @@ class StaticRunner(Runner):
         return self._call(ids, positions, mask, self.cache, keep, self.compiled)
 
 
-def compiled_call(model: PreTrainedModel, options: dict) -> object:
+RECOMPILE_LIMIT = 64
+"""Dynamo's recompile limit while a compiled forward runs (its default, 8, counts the entries of one code object:
+every model's ``__call__`` shares one, and each model adds a graph per width family and batch family)."""
+
+
+def compiled_call(model: PreTrainedModel, options: dict) -> Callable:
     """``torch.compile`` of ``model.__call__``, kept on the model per options, without inductor's own CUDA graphs
-    (``mode="max-autotune-no-cudagraphs"`` if the options asked for autotuning, else the default mode)."""
+    (``mode="max-autotune-no-cudagraphs"`` if the options asked for autotuning, else the default mode), run under
+    :data:`RECOMPILE_LIMIT`. It runs only in a static session's eager steps and captures (replays skip dynamo's
+    guards), so the number of kept graphs costs no step time."""
     options = dict(options)
     mode = "max-autotune-no-cudagraphs" if "autotune" in str(options.pop("mode", "")) else None
     compiled = model.__dict__.setdefault("_flashspec_compiled", {})
     key = repr((mode, sorted(options.items())))
     if key not in compiled:
-        compiled[key] = torch.compile(model.__call__, mode=mode, **options)
+        forward = torch.compile(model.__call__, mode=mode, **options)
+
+        def call(*args, **kwargs):
+            with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+                return forward(*args, **kwargs)
+
+        compiled[key] = call
     return compiled[key]
 
 

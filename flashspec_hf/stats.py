@@ -20,7 +20,9 @@ class FlashSpecStats:
         new_tokens: tokens generated, all rows together.
         seconds: wall time of the call inside ``generate`` (s), setup included.
         setup_seconds: of ``seconds``, the time before the first step (s): caches, the prefill, and on a set-up's
-            first call the arm-cost calibration and CUDA graph capture.
+            first call the arm-cost calibration (the first compilations of a cost-aware call happen there).
+        warmup_seconds: of ``seconds``, host time of the static loop's steps run eagerly before their CUDA graphs
+            and of the captures (s): the (other) compilations happen there, on a set-up's first calls only.
     """
 
     arm_names: list[str]
@@ -32,6 +34,7 @@ class FlashSpecStats:
     new_tokens: int = 0
     seconds: float = 0.0
     setup_seconds: float = 0.0
+    warmup_seconds: float = 0.0
 
     def __post_init__(self):
         if self.arm_gammas is None:

@@ -64,7 +64,8 @@ def _static_models():
 
 @pytest.mark.parametrize("disable_compile", [False, True])
 def test_static_engine_with_cuda_graphs_equals_stock(disable_compile):
-    """The target's captured forwards are compiled by inductor (default) or eager (disable_compile=True)."""
+    """The captured forwards of the target and both draft models are compiled by inductor (default) or eager
+    (disable_compile=True)."""
     from flashspec_hf import PromptLookup, RoundRobin
 
     target, drafts = _static_models()
@@ -78,7 +79,7 @@ def test_static_engine_with_cuda_graphs_equals_stock(disable_compile):
         assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 24)
     (session,) = target.__dict__["_flashspec_static_sessions"].values()
     assert session.graphs, "steps were captured as CUDA graphs"
-    assert (session.runners["target"].compiled is None) == disable_compile
+    assert [runner.compiled is None for runner in session.runners.values()] == [disable_compile] * 3
 
 
 @pytest.mark.parametrize("do_sample", [False, True])
