@@ -218,28 +218,35 @@ class StaticRunner(Runner):
 
 
 RECOMPILE_LIMIT = 64
-"""Dynamo's recompile limit while a compiled forward runs (its default, 8, counts the entries of one code object:
-every model's ``__call__`` shares one, and each model adds a graph per width family and batch family)."""
+"""Dynamo's recompile limit while a compiled forward runs. Its default, 8, counts the graphs kept for one code object;
+every model's compiled forward here shares :func:`_model_forward`'s, and each model adds a graph per width family and
+batch family."""
 
 
 def compiled_call(model: PreTrainedModel, options: dict) -> Callable:
-    """``torch.compile`` of ``model.__call__``, kept on the model per options, without inductor's own CUDA graphs
+    """``torch.compile`` of ``model``'s forward, kept on the model per options, without inductor's own CUDA graphs
     (``mode="max-autotune-no-cudagraphs"`` if the options asked for autotuning, else the default mode), run under
     :data:`RECOMPILE_LIMIT`. It runs only in a static session's eager steps and captures (replays skip dynamo's
-    guards), so the number of kept graphs costs no step time."""
+    guards), so the number of kept graphs costs no step time. Its graphs belong to :func:`_model_forward`'s code,
+    not to ``nn.Module.__call__``'s, so stock ``generate``'s compiled forwards keep their own recompile budget."""
     options = dict(options)
     mode = "max-autotune-no-cudagraphs" if "autotune" in str(options.pop("mode", "")) else None
     compiled = model.__dict__.setdefault("_flashspec_compiled", {})
     key = repr((mode, sorted(options.items())))
     if key not in compiled:
-        forward = torch.compile(model.__call__, mode=mode, **options)
+        forward = torch.compile(functools.partial(_model_forward, model), mode=mode, **options)
 
-        def call(*args, **kwargs):
+        def call(**kwargs):
             with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
-                return forward(*args, **kwargs)
+                return forward(**kwargs)
 
         compiled[key] = call
     return compiled[key]
+
+
+def _model_forward(model: PreTrainedModel, **kwargs):
+    """``model(**kwargs)``: the frame :func:`compiled_call` compiles."""
+    return model(**kwargs)
 
 
 def has_standard_static_layers(model: PreTrainedModel) -> bool:
