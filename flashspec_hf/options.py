@@ -90,9 +90,9 @@ GENERATION_CONFIG_OPTIONS: dict[str, tuple[Option, ...]] = {
         Option(("use_cache",), NO_EFFECT, "flashspec always caches (stock without a cache recomputes the prefix "
                "and gives the same tokens)"),
         Option(("compile_config", "disable_compile"), HONOURED,
-               "on CUDA the static loop compiles the target's forwards inside its captured steps with compile_config's "
-               "settings (its mode aside: flashspec captures the CUDA graphs itself); disable_compile=True keeps them "
-               "eager"),
+               "on CUDA the static loop compiles the target's and the draft models' forwards inside its captured steps "
+               "with compile_config's settings (its mode aside: flashspec captures the CUDA graphs itself); "
+               "disable_compile=True keeps them eager"),
         Option(("cache_config", "max_cache_len", "prefill_chunk_size", "continuous_batching_config"), NO_EFFECT,
                "tune stock's caches, prefill and continuous batching; flashspec sizes its own caches and prefills in "
                "one forward"),
