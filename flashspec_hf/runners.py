@@ -219,16 +219,17 @@ class StaticRunner(Runner):
 
 RECOMPILE_LIMIT = 64
 """Dynamo's recompile limit while a compiled forward runs. Its default, 8, counts the graphs kept for one code object;
-every model's compiled forward here shares :func:`_model_forward`'s, and each model adds a graph per width family and
-batch family."""
+every model's compiled forward here shares one, and each model adds a graph per width family and batch family."""
 
 
 def compiled_call(model: PreTrainedModel, options: dict) -> Callable:
     """``torch.compile`` of ``model``'s forward, kept on the model per options, without inductor's own CUDA graphs
     (``mode="max-autotune-no-cudagraphs"`` if the options asked for autotuning, else the default mode), run under
     :data:`RECOMPILE_LIMIT`. It runs only in a static session's eager steps and captures (replays skip dynamo's
-    guards), so the number of kept graphs costs no step time. Its graphs belong to :func:`_model_forward`'s code,
-    not to ``nn.Module.__call__``'s, so stock ``generate``'s compiled forwards keep their own recompile budget."""
+    guards), so the number of kept graphs costs no step time. It compiles a ``functools.partial`` of
+    :func:`_model_forward`, whose graphs are kept on the frame torch makes for it. Compiling ``model.__call__`` kept
+    them on the code of transformers' decorator around ``forward`` (seen on 5.24), which every model shares with
+    stock ``generate``'s compiled forward: flashspec's graphs then used up stock's recompile limit."""
     options = dict(options)
     mode = "max-autotune-no-cudagraphs" if "autotune" in str(options.pop("mode", "")) else None
     compiled = model.__dict__.setdefault("_flashspec_compiled", {})
@@ -245,7 +246,7 @@ def compiled_call(model: PreTrainedModel, options: dict) -> Callable:
 
 
 def _model_forward(model: PreTrainedModel, **kwargs):
-    """``model(**kwargs)``: the frame :func:`compiled_call` compiles."""
+    """``model(**kwargs)``: what :func:`compiled_call` compiles."""
     return model(**kwargs)
 
 

@@ -294,3 +294,34 @@ def test_dense_columns_hold_each_rows_committed_tokens_and_nothing_else(batch, p
         positions = columns.positions[b, lead:end]
         limit = prompt - 1 + max_new
         assert positions.tolist() == [min(p, limit) for p in range(len(expected[b]))]
+
+
+def test_compiled_forwards_equal_eager_ones_and_keep_their_graphs_off_module_call():
+    """What CUDA's static loop captures, on the CPU: a target and an early-exit draft sharing its layers, compiled
+    (compile options given) at the widths a step uses, give the eager logits; their graphs are not kept on the code of
+    ``nn.Module.__call__`` or of the model's ``forward`` (transformers' decorator), whose recompile limit stock
+    ``generate``'s compiled forward needs."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+    from torch._dynamo.utils import counters
+
+    from flashspec_hf.models import early_exit_assistants
+    from flashspec_hf.runners import StaticRunner
+
+    graphs = counters["stats"]["unique_graphs"]
+
+    target = tiny_llama(layers=2, seed=0, peak=8.0)
+    ids = torch.tensor([[5, 17, 33, 8, 90, 41, 7, 12, 60, 77, 3, 51], [12, 60, 77, 3, 51, 51, 9, 4, 4, 8, 1, 2]])
+    for model in [target, *early_exit_assistants(target, (1,))]:
+        logits = []
+        for options in (None, {}):
+            columns = Columns(ids, torch.ones_like(ids), 32, 8, Buffers(torch.device("cpu")), track_host_length=False,
+                              dense=True)
+            runner = StaticRunner(model, 97, 2, 32, torch.device("cpu"), options)
+            runner.prefill(columns, 4)
+            with torch.no_grad():
+                logits.append([runner.forward(columns, width, keep=1) for width in (2, 1, 5)])  # [B, 1, V] each
+        for eager, compiled in zip(*logits):
+            torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-4)
+    assert counters["stats"]["unique_graphs"] > graphs, "the forwards were compiled"
+    for code in (torch.nn.Module._wrapped_call_impl.__code__, type(target).forward.__code__):
+        assert not _debug_get_cache_entry_list(code), f"graphs kept on {code.co_filename}:{code.co_firstlineno}"
