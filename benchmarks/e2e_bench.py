@@ -20,7 +20,9 @@ Per engine and batch B: tokens/s (B x new tokens / wall s of one generate call, 
 max over --repeats after a warm-up at full length, whose seconds, compilation and graph capture included, are
 first_call_s), τ (tokens per row per step; 1 for stock), step time in ms (p50 / p99 / mean
 over decode steps: 1 token per row for stock, τ for speculative engines; the step holding the prefill left out),
-peak CUDA memory (GiB) and match_rate (fraction of rows identical to stock greedy; 1 expected in fp32). An engine
+the median call's breakdown for flashspec (call_ms: its wall time; setup_ms: host time before the first step, prefill
+included; steps_ms: the steps' own times summed; what is left is host time around and between steps), peak CUDA
+memory (GiB) and match_rate (fraction of rows identical to stock greedy; 1 expected in fp32). An engine
 that raises gets its error in the row. Writes OUT/NAME.csv, NAME.png (tokens/s vs B), NAME.env.txt.
 
     python -m benchmarks.e2e_bench --out DIR           # CUDA, bf16, default grid (< 8 min on an H200)
@@ -52,7 +54,8 @@ QUICK = dict(TINYLLAMA, hidden_size=64, intermediate_size=128, num_hidden_layers
              num_key_value_heads=2)
 COLUMNS = ["target", "weights", "dtype", "engine", "batch", "gamma", "prompt_len", "max_new_tokens", "repeats",
            "tok_s_median", "tok_s_min", "tok_s_max", "tau", "alpha", "step_ms_p50", "step_ms_p99", "step_ms_mean",
-           "peak_mem_gib", "first_call_s", "match_rate", "acceptance", "note", "error"]
+           "peak_mem_gib", "first_call_s", "call_ms", "setup_ms", "steps_ms", "match_rate", "acceptance", "note",
+           "error"]
 FLASHSPEC = ("fixed", "fixed_eager", "thompson", "default", "fixed_dynamic", "thompson_dynamic")
 # default: what a user gets with the default selector (cost-aware discounted Thompson, with its plain-decoding arm)
 # over the pool plus prompt lookup; *_eager: captured forwards not compiled (disable_compile=True);
@@ -254,15 +257,18 @@ def run_cell(engine, model, assistants, ids, mask, args, reference):
     """Warm-up at full length (stock static and flashspec's static loop size their caches by it, so compilation
     and graph capture happen there) + repeats of one cell."""
     _, first_call_s, _, _ = generate_once(engine, model, assistants, ids, mask, args, args.max_new_tokens)
-    rates, steps, peaks = [], [], []
+    rates, steps, peaks, calls = [], [], [], []
     for _ in range(args.repeats):
         out, seconds, step_ms, info = generate_once(engine, model, assistants, ids, mask, args, args.max_new_tokens)
         assert out.shape[1] - ids.shape[1] == args.max_new_tokens, "a row stopped early"
         rates.append(ids.shape[0] * args.max_new_tokens / seconds)
         steps += step_ms
         peaks.append(info["peak"])
+        stats = getattr(model, "flashspec_stats", None) if engine in FLASHSPEC else None
+        calls.append((1e3 * seconds, *((1e3 * stats.setup_seconds, 1e3 * sum(stats.step_seconds)) if stats else ())))
     row = dict(tok_s_median=statistics.median(rates), tok_s_min=min(rates), tok_s_max=max(rates), tau=1.0,
                first_call_s=first_call_s)
+    row.update(zip(("call_ms", "setup_ms", "steps_ms"), sorted(calls)[(len(calls) - 1) // 2]))  # the median call
     if engine in FLASHSPEC:
         stats = model.flashspec_stats
         row.update(tau=stats.tau, alpha=";".join(f"{k}={v:.3f}" for k, v in stats.alpha.items()))

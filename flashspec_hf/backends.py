@@ -9,7 +9,8 @@ out, and how steps are launched.
 - :class:`StaticBackend` (``cache_implementation="static"``; CUDA's default when the call needs nothing it lacks): the
   dense layout (each row commits its accepted drafts and one token, and the next step overwrites its rejected columns,
   so attention spans the prompt and the generated tokens, not every draft ever made); every offset lives on the device,
-  one per row, and every draft model is kept current, so a step has fixed shapes and addresses. On CUDA (every model on
+  one per row, and every draft model is kept current (an early-exit draft by reading the target's cache), so a step
+  has fixed shapes and addresses. On CUDA (every model on
   one GPU) the whole step of each arm, drafting, verification and commit included, is captured once as a CUDA graph and
   replayed: a step is one launch, the forwards inside it (target and draft models on CUDA) compiled by inductor, and
   the host seconds of the eager first steps and captures (where compilation happens) are reported apart
@@ -34,7 +35,8 @@ from transformers import PreTrainedModel
 from .buffers import Buffers
 from .columns import Columns
 from .reports import Report
-from .runners import DynamicRunner, Runner, StaticRunner, has_standard_static_layers, on_one_gpu
+from .runners import DynamicRunner, EarlyExitRunner, Runner, StaticRunner, has_standard_static_layers, on_one_gpu
+from .target_parts import is_early_exit_of
 
 MAX_IN_FLIGHT = 3
 """Steps the static backend lets the host queue ahead of the GPU before it waits for the oldest."""
@@ -189,16 +191,20 @@ class StaticBackend(Backend):
         return runner
 
     def draft_runner(self, model: PreTrainedModel, columns: Columns, source: int) -> Runner:
-        runner = self._runner(f"draft {source}", model, columns)
+        target = self.session.runners["target"]
+        shares = is_early_exit_of(model, target.model)  # then it reads and writes the target's cache
+        runner = self._runner(f"draft {source}", model, columns, target if shares else None)
         runner.prefill(columns, columns.start_length - 2)  # draft models stay two columns behind
         return runner
 
-    def _runner(self, key: str, model, columns: Columns) -> StaticRunner:
-        """The session's runner ``key``, new if none; its forwards compiled when its model is on CUDA."""
+    def _runner(self, key: str, model, columns: Columns, target: StaticRunner | None = None) -> StaticRunner:
+        """The session's runner ``key``, new if none (an :class:`EarlyExitRunner` over ``target``'s cache when
+        given); its forwards compiled when its model is on CUDA."""
         if key not in self.session.runners:
             options = self.compile_options if model.device.type == "cuda" else None
-            self.session.runners[key] = StaticRunner(model, self.vocab_size, self.batch_size, columns.capacity,
-                                                     self.device, options)
+            shape = (model, self.vocab_size, self.batch_size, columns.capacity, self.device, options)
+            runner = StaticRunner(*shape) if target is None else EarlyExitRunner(*shape, target)
+            self.session.runners[key] = runner
         return self.session.runners[key]
 
     @functools.cached_property

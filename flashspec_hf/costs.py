@@ -2,7 +2,7 @@
 
 An arm's step costs one target forward over ``γ + 1`` columns plus, for a draft model, ``γ`` one-column draft
 forwards (prompt lookup and plain decoding draft for free), plus, on the static backend, one ``γ + 1``-column
-forward of every other draft model (which it keeps current). Each forward is timed eagerly through the call's own
+forward of every other draft model it keeps current (not early exits: they read the target's cache). Each forward is timed eagerly through the call's own
 runners (compiled forwards included; not inside a CUDA graph, so launch overheads count more than in a captured
 step) on columns past the committed ones, then rewound, so nothing the call computes changes. The table is kept on
 the target per set-up (backend, batch size, device, models and their weights, arms): later calls decide from the
@@ -46,17 +46,17 @@ def arm_costs(
            tuple(arms), parameters_fingerprint(models), rerouting())
     kept = target.model.__dict__.setdefault("_flashspec_arm_costs", {})
     if key not in kept:
-        kept[key] = _calibrate(target, drafts, arms, columns, keeps_current=backend == "StaticBackend")
+        kept[key] = _calibrate(target, drafts, arms, columns)
     return kept[key]
 
 
-def _calibrate(target: Runner, drafts: dict[int, Runner], arms: list[tuple[int, int]], columns: Columns,
-               keeps_current: bool) -> list[float]:
+def _calibrate(target: Runner, drafts: dict[int, Runner], arms: list[tuple[int, int]],
+               columns: Columns) -> list[float]:
     gammas = {g for _, g in arms}
     target_seconds = {g: forward_seconds(target, columns, g + 1, keep=g + 1) for g in gammas}
     draft_seconds = {s: forward_seconds(runner, columns, 1, keep=1) for s, runner in drafts.items()}
     current_seconds = {  # (source, γ) -> a forward keeping the source current on a step it did not draft
-        (s, g): forward_seconds(runner, columns, g + 1, keep=1) if keeps_current else 0.0
+        (s, g): forward_seconds(runner, columns, g + 1, keep=1) if runner.keeps_current else 0.0
         for s, runner in drafts.items() for g in gammas
     }
     return [

@@ -201,7 +201,9 @@ def early_exit_assistants(target: PreTrainedModel, depths: tuple[int, ...] = (2,
         depths: the ``k`` of each assistant, each below the target's layer count.
 
     Returns:
-        One model per depth, named ``<target>-first<k>``; they add no weights, only their own KV caches.
+        One model per depth, named ``<target>-first<k>``; they add no weights. In the static loop they read and
+        write the target's KV cache (:class:`~flashspec_hf.runners.EarlyExitRunner`); the dynamic loop gives each
+        its own.
 
     Raises:
         TypeError: the target does not have the Llama module layout. ValueError: a depth out of range.

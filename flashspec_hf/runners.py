@@ -12,7 +12,8 @@ draft. Two kinds:
   write each row's new keys and values at that row's own offset (:class:`RowOffsetLayer`: the dense layout of
   :mod:`~flashspec_hf.columns`), with a 4D mask over all of them, so every forward of a step has a fixed shape and a
   fixed address: the whole step can be captured as one CUDA graph. Every draft model is rewound to two columns behind
-  the committed length after every step (its catch-up is always two columns wide). Its forwards, the target's and the
+  the committed length after every step (its catch-up is always two columns wide), except an early-exit draft
+  (:class:`EarlyExitRunner`), which reads and writes the target's cache and catches up with one column. Its forwards, the target's and the
   drafts' alike, can be compiled by ``torch.compile`` (inductor without its own CUDA graphs: the step's graph captures
   its kernels); the compiled forward is kept on the model, so compilation happens once per model and shape family.
 """
@@ -45,6 +46,8 @@ class Runner:
     """
 
     seen: int | torch.Tensor
+    keeps_current = False
+    """Whether :meth:`keep_current` runs a forward (a cost on the steps other sources draft)."""
 
     def __init__(self, model: PreTrainedModel, vocab_size: int):
         self.model = model
@@ -168,6 +171,27 @@ class RowOffsetLayer(StaticLayer):
         return self.offsets.max()
 
 
+class SharedRowOffsetLayer(RowOffsetLayer):
+    """A :class:`RowOffsetLayer` over another one's keys and values (an early-exit draft's layer over the target's),
+    written at its own offsets.
+
+    Args:
+        source: the layer whose tensors it reads and writes (initialised on first use if it is not yet).
+        offsets: int64 ``[B]`` this layer's write offsets (the draft runner's ``seen``).
+    """
+
+    def __init__(self, source: RowOffsetLayer, offsets: torch.Tensor):
+        super().__init__(source.max_cache_len, offsets)
+        self.source = source
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        """Take the source's keys, values and the attributes describing them (whatever this transformers version
+        keeps), initialising the source from ``key_states`` and ``value_states`` if needed."""
+        if not self.source.is_initialized:
+            self.source.lazy_initialization(key_states, value_states)
+        vars(self).update({k: v for k, v in vars(self.source).items() if k != "offsets"})
+
+
 class StaticRunner(Runner):
     """A runner over a ``StaticCache`` of ``N`` columns with :class:`RowOffsetLayer` layers, ``seen`` on the device
     (int64 ``[B]``, one per row): every forward has a fixed shape and reads its offsets from the device, so a
@@ -186,10 +210,15 @@ class StaticRunner(Runner):
                  compile_options: dict | None = None):
         super().__init__(model, vocab_size)
         self.seen = torch.zeros(batch_size, dtype=torch.long, device=device)  # [B]
-        self.cache = _new_cache(StaticCache, model.config, layer=lambda: RowOffsetLayer(capacity, self.seen),
-                                max_cache_len=capacity)
+        self.cache = _new_cache(StaticCache, model.config, layer=self._layer_maker(capacity), max_cache_len=capacity)
         self.dtype = model.get_input_embeddings().weight.dtype
         self.compiled = compiled_call(model, compile_options) if compile_options is not None else None
+
+    keeps_current = True
+
+    def _layer_maker(self, capacity: int) -> Callable[[], RowOffsetLayer]:
+        """Makes the cache's layers, in order."""
+        return lambda: RowOffsetLayer(capacity, self.seen)
 
     def catch_up(self, columns: Columns) -> torch.Tensor:
         return self.forward(columns, 2, keep=1)  # kept two columns behind: the column before the pending, the pending
@@ -215,6 +244,50 @@ class StaticRunner(Runner):
     def _forward(self, columns, ids, positions, keep) -> torch.Tensor:
         mask = columns.attention_mask_4d(self.seen, ids.shape[1], self.dtype)  # [B, 1, w, N]
         return self._call(ids, positions, mask, self.cache, keep, self.compiled)
+
+
+class EarlyExitRunner(StaticRunner):
+    """The static runner of an early-exit draft (:func:`~flashspec_hf.target_parts.is_early_exit_of`): its cache
+    layers read and write the target runner's first layers (:class:`SharedRowOffsetLayer`) at the draft's own
+    offsets, so it holds no cache of its own and costs nothing on the steps it does not draft. The target's forwards
+    write those layers for every column it reads, so the draft catches up with one column, the pending one, from
+    the target's offsets. What it writes past them (the pending column and its drafts) the target's next forward
+    overwrites before attending to it, so the target's keys, values and logits are those it computes alone; the
+    draft reads keys and values the target computed for its layers (equal to its own up to rounding), and its
+    draws are verified against what it computed, so the output distribution is unchanged.
+
+    Args:
+        model, vocab_size, batch_size, capacity, device, compile_options: see :class:`StaticRunner`.
+        target: the target's runner, created first.
+    """
+
+    keeps_current = False
+
+    def __init__(self, model: PreTrainedModel, vocab_size: int, batch_size: int, capacity: int, device: torch.device,
+                 compile_options: dict | None, target: StaticRunner):
+        self.target = target
+        super().__init__(model, vocab_size, batch_size, capacity, device, compile_options)
+
+    def _layer_maker(self, capacity: int) -> Callable[[], RowOffsetLayer]:
+        sources = iter(self.target.cache.layers)
+        return lambda: SharedRowOffsetLayer(next(sources), self.seen)
+
+    def prefill(self, columns: Columns, width: int) -> None:
+        """Nothing to feed (the target's prefill wrote these layers' columns): start at the target's pending
+        column."""
+        self.rewind(width)
+
+    def rewind(self, length: int | torch.Tensor) -> None:
+        """Back to the target's pending column, whatever ``length``: the columns before it are the target's, and a
+        forward from anywhere earlier would overwrite them."""
+        self.seen.copy_(self.target.seen)  # [B]
+
+    def catch_up(self, columns: Columns) -> torch.Tensor:
+        self.rewind(self.target.seen)
+        return self.forward(columns, 1, keep=1)  # the pending column
+
+    def keep_current(self, columns: Columns, gamma: int) -> None:
+        """Nothing: the target's forward writes these layers for the step's columns."""
 
 
 RECOMPILE_LIMIT = 64

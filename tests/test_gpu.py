@@ -56,17 +56,23 @@ def test_greedy_engine_on_cuda_equals_stock(cache_implementation):
 
 
 def _static_models():
+    """A target and three drafts: an early exit sharing its first layer (it reads and writes the target's cache), a
+    copy of that layer (its own cache), an unrelated draft with a padded vocabulary."""
+    from flashspec_hf.models import early_exit_assistants
+
     target = tiny_llama(layers=2, seed=0, peak=8.0).cuda()
-    early_exit = tiny_llama(layers=1, seed=0, peak=8.0)
-    early_exit.load_state_dict(target.state_dict(), strict=False)
-    return target, [early_exit.cuda(), tiny_llama(layers=1, vocab=101, seed=5, peak=8.0).cuda()]
+    copy = tiny_llama(layers=1, seed=0, peak=8.0)
+    copy.load_state_dict(target.state_dict(), strict=False)
+    drafts = [copy.cuda(), tiny_llama(layers=1, vocab=101, seed=5, peak=8.0).cuda()]
+    return target, [*early_exit_assistants(target, (1,)), *drafts]
 
 
 @pytest.mark.parametrize("disable_compile", [False, True])
 def test_static_engine_with_cuda_graphs_equals_stock(disable_compile):
-    """The captured forwards of the target and both draft models are compiled by inductor (default) or eager
-    (disable_compile=True)."""
+    """The captured forwards of the target and the draft models are compiled by inductor (default) or eager
+    (disable_compile=True); the early exit reads and writes the target's cache inside the graphs."""
     from flashspec_hf import PromptLookup, RoundRobin
+    from flashspec_hf.runners import EarlyExitRunner
 
     target, drafts = _static_models()
     rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60], [77, 3, 51, 51, 9]]
@@ -79,7 +85,8 @@ def test_static_engine_with_cuda_graphs_equals_stock(disable_compile):
         assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 24)
     (session,) = target.__dict__["_flashspec_static_sessions"].values()
     assert session.graphs, "steps were captured as CUDA graphs"
-    assert [runner.compiled is None for runner in session.runners.values()] == [disable_compile] * 3
+    assert [runner.compiled is None for runner in session.runners.values()] == [disable_compile] * 4
+    assert [type(runner) is EarlyExitRunner for runner in session.runners.values()] == [False, True, False, False]
 
 
 @pytest.mark.parametrize("do_sample", [False, True])

@@ -325,3 +325,60 @@ def test_compiled_forwards_equal_eager_ones_and_keep_their_graphs_off_module_cal
     assert counters["stats"]["unique_graphs"] > graphs, "the forwards were compiled"
     for code in (torch.nn.Module._wrapped_call_impl.__code__, type(target).forward.__code__):
         assert not _debug_get_cache_entry_list(code), f"graphs kept on {code.co_filename}:{code.co_firstlineno}"
+
+
+@pytest.fixture(scope="module")
+def layered():
+    """A four-layer target and its early-exit drafts of 1, 2 and 3 layers (its own modules, shared)."""
+    from flashspec_hf.models import early_exit_assistants
+
+    target = tiny_llama(layers=4, seed=0, peak=8.0)
+    return target, early_exit_assistants(target, (1, 2, 3))
+
+
+@pytest.mark.parametrize("selector", [FixedArm(0), FixedArm(2), "round_robin", "thompson"])
+def test_early_exit_drafts_read_and_write_the_targets_cache(layered, selector):
+    """In the static loop an early-exit draft keeps no cache: its layers are views of the target's, and it costs
+    nothing on steps it does not draft. Greedy output still equals stock row by row (ragged batch); with a
+    deterministic arm order, every step accepts what the dynamic loop's drafts (each with its own cache) accept, so
+    a wrong feed, offset or mask would show."""
+    from flashspec_hf.runners import EarlyExitRunner
+
+    from .conftest import assert_rows_equal_stock
+
+    target, drafts = layered
+    kw = dict(max_new_tokens=24, num_assistant_tokens=3, selector=selector)
+    got = _flash(target, drafts, PROMPTS, **STATIC, **kw)
+    static = (target.flashspec_stats.step_arms, target.flashspec_stats.step_accepted)
+    assert_rows_equal_stock(target, PROMPTS, got, 24)
+    session = next(reversed(target.__dict__["_flashspec_static_sessions"].values()))
+    runners = session.runners
+    for source, draft in enumerate(drafts):
+        runner = runners[f"draft {source}"]
+        assert isinstance(runner, EarlyExitRunner) and not runner.keeps_current
+        theirs = runners["target"].cache.layers[: len(draft.model.layers)]
+        drafted = source in static[0]
+        for mine, target_layer in zip(runner.cache.layers, theirs, strict=True):  # the target's tensors, once it drafted
+            assert getattr(mine, "keys", None) is not None or not drafted
+            assert getattr(mine, "keys", None) is None or (
+                mine.keys is target_layer.keys and mine.values is target_layer.values
+            )
+    if selector != "thompson":  # a fresh round robin, or a fixed arm: the same arms in both loops
+        _flash(target, drafts, PROMPTS, cache_implementation="dynamic", **kw)
+        assert static == (target.flashspec_stats.step_arms, target.flashspec_stats.step_accepted)
+    assert sum(map(sum, static[1])) > 0, "the early exits drafted tokens the target accepted"
+
+
+def test_joint_distribution_with_early_exit_drafts_in_the_targets_cache(monkeypatch):
+    """The chi-square gate with early-exit drafts that write the target's cache in the static loop (sampling)."""
+    import flashspec_hf.integration
+    from flashspec_hf.models import early_exit_assistants
+
+    from .test_distribution import VOCAB
+
+    target = tiny_llama(layers=3, vocab=VOCAB, seed=11, peak=6.0, eos=None)
+    original = flashspec_hf.integration._static_cache
+    monkeypatch.setattr(flashspec_hf.integration, "_static_cache", lambda kwargs: original(kwargs) or True)
+    counts = _sample_counts(target, early_exit_assistants(target, (1, 2)), 1.0, 0, 1.0, 2)
+    assert 0 < sum(map(sum, target.flashspec_stats.step_accepted))
+    assert _p_value(counts, _exact(target, _warpers(1.0, 0, 1.0))) > ALPHA
