@@ -232,13 +232,18 @@ class StaticRunner(Runner):
         self.seen.fill_(length) if isinstance(length, int) else self.seen.copy_(length)
 
     def prefill(self, columns: Columns, width: int) -> None:
-        """Feed the first ``width`` columns of a call, eagerly (its width changes from call to call)."""
+        """Feed the first ``width`` columns of a call: through the compiled forward (if any) over
+        :func:`prefill_width` columns, so calls whose prompts differ in length share a few compiled graphs, else
+        eagerly over ``width``. The columns fed past ``width`` write keys and values that no query attends to (each
+        query sees only the columns before it, and later forwards overwrite them before reading)."""
         self.rewind(0)
         if width > 0:
-            ids, positions = columns.read(0, width)
+            fed = prefill_width(width, columns.capacity) if self.compiled else width
+            ids, positions = columns.read(0, fed)  # [B, fed] each
             if self.max_token is not None:
                 ids = ids.masked_fill(ids > self.max_token, 0)
-            self._call(ids, positions, columns.attention_mask_4d(0, width, self.dtype), self.cache, 1)
+            mask = columns.attention_mask_4d(0, fed, self.dtype)  # [B, 1, fed, N]
+            self._call(ids, positions, mask, self.cache, 1, self.compiled)
             self.seen.fill_(width)
 
     def _forward(self, columns, ids, positions, keep) -> torch.Tensor:
@@ -288,6 +293,16 @@ class EarlyExitRunner(StaticRunner):
 
     def keep_current(self, columns: Columns, gamma: int) -> None:
         """Nothing: the target's forward writes these layers for the step's columns."""
+
+
+MIN_PREFILL_WIDTH = 64
+"""The narrowest compiled prefill (columns)."""
+
+
+def prefill_width(width: int, capacity: int) -> int:
+    """Columns a compiled prefill of ``width`` columns feeds: the next power of two from :data:`MIN_PREFILL_WIDTH`,
+    at most ``capacity``."""
+    return min(max(MIN_PREFILL_WIDTH, 1 << (width - 1).bit_length()), capacity)
 
 
 RECOMPILE_LIMIT = 64
