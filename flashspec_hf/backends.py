@@ -201,11 +201,14 @@ class StaticBackend(Backend):
         """The session's runner ``key``, new if none (an :class:`EarlyExitRunner` over ``target``'s cache when
         given); its forwards compiled when its model is on CUDA."""
         if key not in self.session.runners:
-            options = self.compile_options if model.device.type == "cuda" else None
-            shape = (model, self.vocab_size, self.batch_size, columns.capacity, self.device, options)
+            shape = (model, self.vocab_size, self.batch_size, columns.capacity, self.device, self.options_for(model))
             runner = StaticRunner(*shape) if target is None else EarlyExitRunner(*shape, target)
             self.session.runners[key] = runner
         return self.session.runners[key]
+
+    def options_for(self, model: PreTrainedModel) -> dict | None:
+        """``torch.compile`` arguments for ``model``'s forwards: the call's for a model on CUDA, else None (eager)."""
+        return self.compile_options if model.device.type == "cuda" else None
 
     @functools.cached_property
     def graphed(self) -> bool:

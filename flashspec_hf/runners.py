@@ -235,16 +235,26 @@ class StaticRunner(Runner):
         """Feed the first ``width`` columns of a call: through the compiled forward (if any) over
         :func:`prefill_width` columns, so calls whose prompts differ in length share a few compiled graphs, else
         eagerly over ``width``. The columns fed past ``width`` write keys and values that no query attends to (each
-        query sees only the columns before it, and later forwards overwrite them before reading)."""
+        query sees only the columns before it, and later forwards overwrite them before reading). The first prefill
+        of a compiled runner runs eagerly first, so that the cache allocates its tensors outside the compiled graph
+        (a graph traced while it allocates them is recompiled at the next call)."""
+        if width <= 0:
+            self.rewind(0)
+            return
+        if self.compiled and not all(layer.is_initialized for layer in self.cache.layers):
+            self._prefill(columns, width, None)
+        self._prefill(columns, width, self.compiled)
+
+    def _prefill(self, columns: Columns, width: int, call: Callable | None) -> None:
+        """One prefill of ``width`` columns through ``call`` (over :func:`prefill_width` columns) or eagerly."""
         self.rewind(0)
-        if width > 0:
-            fed = prefill_width(width, columns.capacity) if self.compiled else width
-            ids, positions = columns.read(0, fed)  # [B, fed] each
-            if self.max_token is not None:
-                ids = ids.masked_fill(ids > self.max_token, 0)
-            mask = columns.attention_mask_4d(0, fed, self.dtype)  # [B, 1, fed, N]
-            self._call(ids, positions, mask, self.cache, 1, self.compiled)
-            self.seen.fill_(width)
+        fed = prefill_width(width, columns.capacity) if call else width
+        ids, positions = columns.read(0, fed)  # [B, fed] each
+        if self.max_token is not None:
+            ids = ids.masked_fill(ids > self.max_token, 0)
+        mask = columns.attention_mask_4d(0, fed, self.dtype)  # [B, 1, fed, N]
+        self._call(ids, positions, mask, self.cache, 1, call)
+        self.seen.fill_(width)
 
     def _forward(self, columns, ids, positions, keep) -> torch.Tensor:
         mask = columns.attention_mask_4d(self.seen, ids.shape[1], self.dtype)  # [B, 1, w, N]

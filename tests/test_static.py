@@ -317,7 +317,7 @@ def test_compiled_forwards_equal_eager_ones_and_keep_their_graphs_off_module_cal
             columns = Columns(ids, torch.ones_like(ids), 32, 8, Buffers(torch.device("cpu")), track_host_length=False,
                               dense=True)
             runner = StaticRunner(model, 97, 2, 32, torch.device("cpu"), options)
-            runner.prefill(columns, 4)
+            runner.prefill(columns, 4)  # compiled: fed 32 columns (after an eager one that allocates the cache)
             with torch.no_grad():
                 logits.append([runner.forward(columns, width, keep=1) for width in (2, 1, 5)])  # [B, 1, V] each
         for eager, compiled in zip(*logits):
@@ -382,3 +382,27 @@ def test_joint_distribution_with_early_exit_drafts_in_the_targets_cache(monkeypa
     counts = _sample_counts(target, early_exit_assistants(target, (1, 2)), 1.0, 0, 1.0, 2)
     assert 0 < sum(map(sum, target.flashspec_stats.step_accepted))
     assert _p_value(counts, _exact(target, _warpers(1.0, 0, 1.0))) > ALPHA
+
+
+def test_a_second_static_call_compiles_nothing(monkeypatch):
+    """With compiled forwards (CUDA's static loop, here on the CPU without graphs), every graph a set-up needs is
+    compiled in its first call: prefills of the target and of a draft model with a cache of its own, early-exit and
+    draft-model steps. A later call with another prompt of a length in the same prefill bucket compiles nothing
+    (a compile there costs a user tens of seconds on the H200)."""
+    from torch._dynamo.utils import counters
+
+    import flashspec_hf.backends
+    from flashspec_hf.models import early_exit_assistants
+
+    from .conftest import assert_rows_equal_stock
+
+    monkeypatch.setattr(flashspec_hf.backends.StaticBackend, "options_for", lambda self, model: {})
+    target = tiny_llama(layers=3, seed=0, peak=8.0)
+    drafts = [*early_exit_assistants(target, (1,)), tiny_llama(layers=1, vocab=101, seed=5, peak=8.0)]
+    kw = dict(max_new_tokens=12, num_assistant_tokens=3, selector="round_robin", **STATIC)
+    _flash(target, drafts, PROMPTS, **kw)
+    graphs = counters["stats"]["unique_graphs"]
+    assert graphs > 0, "the forwards were compiled"
+    got = _flash(target, drafts, [row[::-1] for row in PROMPTS], **kw)
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert_rows_equal_stock(target, [row[::-1] for row in PROMPTS], got, 12)
