@@ -1,4 +1,5 @@
-"""Model runners: one model (the target or a draft) over the shared columns, with its own KV cache.
+"""Model runners: one model (the target or a draft) over the shared columns, with its own KV cache (an early-exit
+draft's, in the static backend, is a view of the target's).
 
 A runner feeds the next ``width`` columns of :class:`~flashspec_hf.columns.Columns` after the ``seen`` ones and
 returns the logits of the last ``keep`` of them. A draft model *catches up* before it drafts (feeds what it has
@@ -13,9 +14,10 @@ draft. Two kinds:
   :mod:`~flashspec_hf.columns`), with a 4D mask over all of them, so every forward of a step has a fixed shape and a
   fixed address: the whole step can be captured as one CUDA graph. Every draft model is rewound to two columns behind
   the committed length after every step (its catch-up is always two columns wide), except an early-exit draft
-  (:class:`EarlyExitRunner`), which reads and writes the target's cache and catches up with one column. Its forwards, the target's and the
-  drafts' alike, can be compiled by ``torch.compile`` (inductor without its own CUDA graphs: the step's graph captures
-  its kernels); the compiled forward is kept on the model, so compilation happens once per model and shape family.
+  (:class:`EarlyExitRunner`), which reads and writes the target's cache and catches up with one column. Its
+  forwards, the target's and the drafts' alike, can be compiled by ``torch.compile`` (inductor without its own CUDA
+  graphs: the step's graph captures its kernels); the compiled forward is kept on the model, so compilation happens
+  once per model and shape family.
 """
 
 from __future__ import annotations

@@ -46,8 +46,8 @@ def is_early_exit_of(draft: PreTrainedModel, target: PreTrainedModel) -> bool:
     """True when the draft's decoder layers are the target's first ones (the same modules, as
     :func:`flashspec_hf.models.early_exit_assistants` builds them) and it embeds tokens with the target's
     embeddings: the keys and values the target caches for those layers are then the ones the draft would compute
-    (the shared KV cache of LayerSkip's self-speculative decoding, Elhoushi et al., 2024), so the static loop lets it read and write
-    the target's cache instead of keeping its own."""
+    (the shared KV cache of LayerSkip's self-speculative decoding, Elhoushi et al., 2024), so the static loop lets
+    it read and write the target's cache instead of keeping its own."""
     draft_base, target_base = getattr(draft, "model", None), getattr(target, "model", None)
     draft_layers, target_layers = getattr(draft_base, "layers", None), getattr(target_base, "layers", None)
     if draft is target or draft_layers is None or target_layers is None or len(draft_layers) >= len(target_layers):

@@ -358,7 +358,7 @@ def test_early_exit_drafts_read_and_write_the_targets_cache(layered, selector):
         assert isinstance(runner, EarlyExitRunner) and not runner.keeps_current
         theirs = runners["target"].cache.layers[: len(draft.model.layers)]
         drafted = source in static[0]
-        for mine, target_layer in zip(runner.cache.layers, theirs, strict=True):  # the target's tensors, once it drafted
+        for mine, target_layer in zip(runner.cache.layers, theirs, strict=True):  # the target's, once it drafted
             assert getattr(mine, "keys", None) is not None or not drafted
             assert getattr(mine, "keys", None) is None or (
                 mine.keys is target_layer.keys and mine.values is target_layer.values
