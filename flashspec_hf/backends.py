@@ -194,7 +194,7 @@ class StaticBackend(Backend):
         target = self.session.runners["target"]
         shares = is_early_exit_of(model, target.model)  # then it reads and writes the target's cache
         runner = self._runner(f"draft {source}", model, columns, target if shares else None)
-        runner.prefill(columns, columns.start_length - 2)  # draft models stay two columns behind
+        runner.prefill(columns, columns.start_length - 2)  # two columns behind (an early exit: at the target's pending)
         return runner
 
     def _runner(self, key: str, model, columns: Columns, target: StaticRunner | None = None) -> StaticRunner:
@@ -244,9 +244,11 @@ class StaticBackend(Backend):
                        was_finished: torch.Tensor) -> None:
         """The step's own commit, captured with it: each row's accepted drafts and one token (rows finished before
         the step, ``was_finished`` bool ``[B]``, frozen), then every runner rewound per row to where the backend
-        keeps it: the target one column behind the committed length (its pending column), draft models two."""
+        keeps it: the target one column behind the committed length (its pending column), draft models two (an
+        early exit at the target's pending column, whatever it is told: the target, created first, is rewound
+        first)."""
         columns.commit(output, num_accepted, gamma + 1, frozen=was_finished)
-        for key, runner in self.session.runners.items():
+        for key, runner in self.session.runners.items():  # "target" first
             runner.rewind(columns.length - (1 if key == "target" else 2))
 
     @staticmethod

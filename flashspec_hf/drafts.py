@@ -1,6 +1,7 @@
 """Draft sources: what proposes the γ draft tokens of a step. A draft model with its own KV cache (through either
-runner of :mod:`flashspec_hf.runners`), or prompt lookup (model-free n-gram matching). Each source also predicts
-the tokens a step verified, which full-information selection scores (:func:`score_arms`).
+runner of :mod:`flashspec_hf.runners`; an early exit of the target reads the target's in the static backend), or
+prompt lookup (model-free n-gram matching). Each source also predicts the tokens a step verified, which
+full-information selection scores (:func:`score_arms`).
 """
 
 from __future__ import annotations

@@ -311,10 +311,17 @@ MIN_PREFILL_WIDTH = 64
 """The narrowest compiled prefill (columns)."""
 
 
+PREFILL_STEP = 256
+"""Past this width, compiled prefills are padded to a multiple of it (not to a power of two: at most this many
+columns fed in vain)."""
+
+
 def prefill_width(width: int, capacity: int) -> int:
-    """Columns a compiled prefill of ``width`` columns feeds: the next power of two from :data:`MIN_PREFILL_WIDTH`,
-    at most ``capacity``."""
-    return min(max(MIN_PREFILL_WIDTH, 1 << (width - 1).bit_length()), capacity)
+    """Columns a compiled prefill of ``width`` columns feeds: the next power of two from :data:`MIN_PREFILL_WIDTH`
+    up to :data:`PREFILL_STEP`, then the next multiple of it; at most ``capacity``."""
+    padded = max(MIN_PREFILL_WIDTH, 1 << (width - 1).bit_length()) if width <= PREFILL_STEP else -(
+        -width // PREFILL_STEP) * PREFILL_STEP
+    return min(padded, capacity)
 
 
 RECOMPILE_LIMIT = 64

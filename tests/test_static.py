@@ -357,7 +357,7 @@ def test_early_exit_drafts_read_and_write_the_targets_cache(layered, selector):
         runner = runners[f"draft {source}"]
         assert isinstance(runner, EarlyExitRunner) and not runner.keeps_current
         theirs = runners["target"].cache.layers[: len(draft.model.layers)]
-        drafted = source in static[0]
+        drafted = source in static[0]  # arm i is source i here (one γ, no plain arm)
         for mine, target_layer in zip(runner.cache.layers, theirs, strict=True):  # the target's, once it drafted
             assert getattr(mine, "keys", None) is not None or not drafted
             assert getattr(mine, "keys", None) is None or (
@@ -381,14 +381,16 @@ def test_joint_distribution_with_early_exit_drafts_in_the_targets_cache(monkeypa
     monkeypatch.setattr(flashspec_hf.integration, "_static_cache", lambda kwargs: original(kwargs) or True)
     counts = _sample_counts(target, early_exit_assistants(target, (1, 2)), 1.0, 0, 1.0, 2)
     assert 0 < sum(map(sum, target.flashspec_stats.step_accepted))
+    (session,) = target.__dict__["_flashspec_static_sessions"].values()
+    assert [type(runner).__name__ for runner in session.runners.values()] == ["StaticRunner", *["EarlyExitRunner"] * 2]
     assert _p_value(counts, _exact(target, _warpers(1.0, 0, 1.0))) > ALPHA
 
 
 def test_a_second_static_call_compiles_nothing(monkeypatch):
-    """With compiled forwards (CUDA's static loop, here on the CPU without graphs), every graph a set-up needs is
-    compiled in its first call: prefills of the target and of a draft model with a cache of its own, early-exit and
-    draft-model steps. A later call with another prompt of a length in the same prefill bucket compiles nothing
-    (a compile there costs a user tens of seconds on the H200)."""
+    """With compiled forwards and capacities rounded as on CUDA (CUDA's static loop, here on the CPU without graphs),
+    every graph a set-up needs is compiled in its first call: prefills of the target and of a draft model with a
+    cache of its own, early-exit and draft-model steps. A later call with longer prompts in the same prefill bucket
+    compiles nothing (a compile there costs a user tens of seconds on the H200)."""
     from torch._dynamo.utils import counters
 
     import flashspec_hf.backends
@@ -396,13 +398,18 @@ def test_a_second_static_call_compiles_nothing(monkeypatch):
 
     from .conftest import assert_rows_equal_stock
 
-    monkeypatch.setattr(flashspec_hf.backends.StaticBackend, "options_for", lambda self, model: {})
+    backend = flashspec_hf.backends.StaticBackend
+    monkeypatch.setattr(backend, "options_for", lambda self, model: {})
+    rounded = backend.capacity
+    monkeypatch.setattr(backend, "capacity", lambda self, *a: -(-rounded(self, *a) // 128) * 128)
     target = tiny_llama(layers=3, seed=0, peak=8.0)
     drafts = [*early_exit_assistants(target, (1,)), tiny_llama(layers=1, vocab=101, seed=5, peak=8.0)]
     kw = dict(max_new_tokens=12, num_assistant_tokens=3, selector="round_robin", **STATIC)
+    before = counters["stats"]["unique_graphs"]
     _flash(target, drafts, PROMPTS, **kw)
     graphs = counters["stats"]["unique_graphs"]
-    assert graphs > 0, "the forwards were compiled"
-    got = _flash(target, drafts, [row[::-1] for row in PROMPTS], **kw)
+    assert graphs > before, "the forwards were compiled"
+    longer = [row + row[:3] for row in PROMPTS]  # [B, L + 3]: same 64-column prefill, same capacity
+    got = _flash(target, drafts, longer, **kw)
     assert counters["stats"]["unique_graphs"] == graphs
-    assert_rows_equal_stock(target, [row[::-1] for row in PROMPTS], got, 12)
+    assert_rows_equal_stock(target, longer, got, 12)
