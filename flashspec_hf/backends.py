@@ -10,13 +10,12 @@ out, and how steps are launched.
   dense layout (each row commits its accepted drafts and one token, and the next step overwrites its rejected columns,
   so attention spans the prompt and the generated tokens, not every draft ever made); every offset lives on the device,
   one per row, and every draft model is kept current (an early-exit draft by reading the target's cache), so a step
-  has fixed shapes and addresses. On CUDA (every model on
-  one GPU) the whole step of each arm, drafting, verification and commit included, is captured once as a CUDA graph and
-  replayed: a step is one launch, the forwards inside it (target and draft models on CUDA) compiled by inductor, and
-  the host seconds of the eager first steps and captures (where compilation happens) are reported apart
-  (:attr:`StaticBackend.warmup_seconds`). The state a step touches
-  (columns, sequences, caches, limits) is kept on the target between calls of the same set-up, so later calls replay the
-  graphs the first one captured. Reports are read ``MAX_IN_FLIGHT`` steps late, so a step enqueues without any
+  has fixed shapes and addresses. On CUDA (every model on one GPU) the whole step of each arm, drafting, verification
+  and commit included, is captured once as a CUDA graph and replayed: a step is one launch, the forwards inside it
+  (target and draft models on CUDA) compiled by inductor, and the host seconds of the eager first steps and captures
+  (where compilation happens) are reported apart (:attr:`StaticBackend.warmup_seconds`). The state a step touches
+  (columns, sequences, caches, limits) is kept on the target between calls of the same set-up, so later calls replay
+  the graphs the first one captured. Reports are read ``MAX_IN_FLIGHT`` steps late, so a step enqueues without any
   synchronisation. Finished rows emit nothing, so the steps queued after the last row finished cost time but change no
   output.
 """
@@ -245,10 +244,9 @@ class StaticBackend(Backend):
         """The step's own commit, captured with it: each row's accepted drafts and one token (rows finished before
         the step, ``was_finished`` bool ``[B]``, frozen), then every runner rewound per row to where the backend
         keeps it: the target one column behind the committed length (its pending column), draft models two (an
-        early exit at the target's pending column, whatever it is told: the target, created first, is rewound
-        first)."""
+        early exit follows the target's pending column, which it reads again when it catches up)."""
         columns.commit(output, num_accepted, gamma + 1, frozen=was_finished)
-        for key, runner in self.session.runners.items():  # "target" first
+        for key, runner in self.session.runners.items():
             runner.rewind(columns.length - (1 if key == "target" else 2))
 
     @staticmethod

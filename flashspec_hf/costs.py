@@ -5,8 +5,8 @@ forwards (prompt lookup and plain decoding draft for free), plus, on the static 
 forward of every other draft model it keeps current (not early exits: they read the target's cache). Each forward
 is timed eagerly through the call's own runners (compiled forwards included; not inside a CUDA graph, so launch
 overheads count more than in a captured step) on columns past the committed ones, then rewound, so nothing the call
-computes changes. The table is kept on the target per set-up (backend, batch size, device, models and their weights, arms): later calls decide from the
-same numbers, so with ``torch.manual_seed`` they repeat exactly; only the first call of a set-up pays the
+computes changes. The table is kept on the target per set-up (backend, batch size, device, models and their weights,
+arms): later calls decide from the same numbers, so with ``torch.manual_seed`` they repeat exactly; only the first call of a set-up pays the
 calibration (a few forwards per model).
 """
 

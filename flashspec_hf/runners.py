@@ -208,6 +208,8 @@ class StaticRunner(Runner):
             is replaced by one without inductor's CUDA graphs), or None for the eager forward.
     """
 
+    keeps_current = True
+
     def __init__(self, model: PreTrainedModel, vocab_size: int, batch_size: int, capacity: int, device: torch.device,
                  compile_options: dict | None = None):
         super().__init__(model, vocab_size)
@@ -215,8 +217,6 @@ class StaticRunner(Runner):
         self.cache = _new_cache(StaticCache, model.config, layer=self._layer_maker(capacity), max_cache_len=capacity)
         self.dtype = model.get_input_embeddings().weight.dtype
         self.compiled = compiled_call(model, compile_options) if compile_options is not None else None
-
-    keeps_current = True
 
     def _layer_maker(self, capacity: int) -> Callable[[], RowOffsetLayer]:
         """Makes the cache's layers, in order."""
