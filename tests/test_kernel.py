@@ -39,13 +39,13 @@ SHAPES = dict(  # hypothesis strategies shared by the kernel tests: odd vocabula
 
 
 @settings(max_examples=25, deadline=None)
-@given(**SHAPES, agreement=st.sampled_from([0.0, 0.9, 1.0]))
-def test_sampling_kernel_matches_reference(batch, gamma, vocab, dtype, seed, agreement, splits):
+@given(**SHAPES, agreement=st.sampled_from([0.0, 0.9, 1.0]), race_splits=st.integers(1, 4))
+def test_sampling_kernel_matches_reference(batch, gamma, vocab, dtype, seed, agreement, splits, race_splits):
     target, draft, g = _case(batch, gamma, vocab, dtype, seed, agreement)
     tokens = torch.multinomial(draft.float().softmax(-1).view(-1, vocab), 1, generator=g).view(batch, gamma)
     seed = torch.randint(2**63 - 1, (1,), generator=g)
     want = verify_sampling_reference(target, tokens, draft, *philox_noise(seed, batch, gamma, vocab))
-    got = verify_triton(target, tokens, draft, seed, block_size=32, num_splits=splits)
+    got = verify_triton(target, tokens, draft, seed, block_size=32, num_splits=splits, sample_splits=race_splits)
     assert torch.equal(got[1], want[1]), "accepted counts differ"
     assert torch.equal(got[0], want[0]), "output tokens differ"
 

@@ -7,7 +7,8 @@ bit for bit on accepted counts and tokens). Three launches, none of which reads 
    row in ``BLOCK``-wide tiles and writes a partial ``(max, sum exp)`` (sampling) or ``(max, argmax)`` (greedy).
    Memory per program is ``O(BLOCK)``, independent of ``V``; splitting the vocabulary keeps the GPU busy at
    batch 1, where there are only ``γ + 1`` rows.
-2. :func:`_sample_kernel` (sampling only), grid ``(B, NSPLIT)``: combines the partial log-sum-exps, tests
+2. :func:`_sample_kernel` (sampling only), grid ``(B, RSPLIT)``, its own vocabulary split (``B`` rows, not
+   ``B·(γ+1)``, must fill the device): combines the partial log-sum-exps, tests
    ``log u_i <= log p_i(x_i) - log q_i(x_i)`` for every draft token, finds the first rejection ``k`` and streams
    its chunk of position ``k`` for the Gumbel-max race ``argmax(log r + g)`` over ``r = max(0, p_k - q_k)`` (or
    ``p_{γ+1}``). The uniforms ``u`` and the Gumbel noise ``g`` are drawn right there, from a counter-based Philox
@@ -27,6 +28,7 @@ from .philox import GUMBEL_STREAM, UNIFORM_STREAM, gumbel_tl, randint_tl, stream
 from .reference import PLACEHOLDER_TOKEN_ID
 
 _BIG_INDEX = tl.constexpr(2**31 - 1)  # larger than any vocabulary index: loses every min()
+PROGRAMS_PER_SM = 2  # default launch width: vocabulary splits fill about this many programs per SM
 
 
 def verify_triton(
@@ -37,6 +39,8 @@ def verify_triton(
     *,
     block_size: int = 1024,
     num_splits: int | None = None,
+    sample_splits: int | None = None,
+    num_warps: int = 4,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Verify one speculative step for a batch; greedy when ``draft_logits`` is None, else speculative sampling.
 
@@ -48,7 +52,12 @@ def verify_triton(
             :func:`flashspec_hf.kernels.philox.draw_seed`; the kernel draws what
             :func:`~flashspec_hf.kernels.philox.philox_noise` returns for it.
         block_size: vocabulary tile per loop iteration (a power of two).
-        num_splits: vocabulary chunks per row; default fills the device (about two programs per SM).
+        num_splits: vocabulary chunks per logits row in the statistics pass (``B·(γ+1)`` rows); default fills the
+            device (:data:`PROGRAMS_PER_SM` programs per SM).
+        sample_splits: vocabulary chunks per batch row in the sampling race (``B`` rows); default fills the device
+            the same way. Neither split count changes the result: the noise is keyed by column, ties go to the
+            lowest column.
+        num_warps: warps per program.
 
     Returns:
         output_tokens: int64 ``[B, γ + 1]`` (accepted, then recovered/bonus, then -1); num_accepted: int64 ``[B]``.
@@ -67,10 +76,9 @@ def verify_triton(
     target_logits = _vocab_contiguous(target_logits)
     device = target_logits.device
     rows = batch_size * positions
-    num_splits = num_splits or _default_splits(rows, vocab_size, block_size, device)
-    chunk = triton.cdiv(triton.cdiv(vocab_size, num_splits), block_size) * block_size
-    num_splits = triton.cdiv(vocab_size, chunk)  # every chunk holds at least one valid column
-    meta = dict(NSPLIT=num_splits, BLOCK=block_size)
+    num_splits, chunk = _split(num_splits or _default_splits(rows, vocab_size, block_size, device), vocab_size,
+                               block_size)
+    meta = dict(NSPLIT=num_splits, BLOCK=block_size, num_warps=num_warps)
     draft_tokens = draft_tokens.contiguous()
     out = torch.empty(batch_size, positions, dtype=torch.int64, device=device)  # [B, γ+1]
     num_accepted = torch.empty(batch_size, dtype=torch.int64, device=device)  # [B]
@@ -91,17 +99,21 @@ def verify_triton(
             draft_logits, d_max, d_sum, gamma, vocab_size, *draft_logits.stride()[:2], chunk, GREEDY=False, **meta
         )
         # per chunk, the race winner over the residual and over p (fallback when the residual is empty)
-        win_val = torch.empty(2, batch_size, num_splits, dtype=torch.float32, device=device)  # [2, B, NSPLIT]
-        win_idx = torch.empty(2, batch_size, num_splits, dtype=torch.int32, device=device)  # [2, B, NSPLIT]
-        _sample_kernel[(batch_size, num_splits)](
+        race_splits, race_chunk = _split(
+            sample_splits or _default_splits(batch_size, vocab_size, block_size, device), vocab_size, block_size
+        )
+        win_val = torch.empty(2, batch_size, race_splits, dtype=torch.float32, device=device)  # [2, B, RSPLIT]
+        win_idx = torch.empty(2, batch_size, race_splits, dtype=torch.int32, device=device)  # [2, B, RSPLIT]
+        _sample_kernel[(batch_size, race_splits)](
             target_logits, draft_logits, draft_tokens, seed,
             t_max, t_aux, d_max, d_sum, win_val, win_idx, num_accepted,
-            gamma, batch_size, vocab_size, *target_logits.stride()[:2], *draft_logits.stride()[:2], chunk,
-            GAMMA_BLOCK=gamma_block, SPLIT_BLOCK=split_block, **meta,
+            gamma, batch_size, vocab_size, *target_logits.stride()[:2], *draft_logits.stride()[:2], race_chunk,
+            GAMMA_BLOCK=gamma_block, SPLIT_BLOCK=split_block, RSPLIT=race_splits, **meta,
         )
+    final_splits = num_splits if greedy else race_splits  # the chunks whose winners finalize reduces
     _finalize_kernel[(batch_size,)](
         draft_tokens, t_max, t_aux, win_val, win_idx, out, num_accepted, gamma, batch_size,
-        NSPLIT=num_splits, GAMMA_BLOCK=gamma_block, SPLIT_BLOCK=split_block, GREEDY=greedy,
+        NSPLIT=final_splits, GAMMA_BLOCK=gamma_block, SPLIT_BLOCK=triton.next_power_of_2(final_splits), GREEDY=greedy,
         PLACEHOLDER=PLACEHOLDER_TOKEN_ID,
     )
     return out, num_accepted
@@ -118,9 +130,15 @@ def _sm_count(device: torch.device) -> int:
 
 
 def _default_splits(rows: int, vocab_size: int, block_size: int, device: torch.device) -> int:
-    """About two programs per SM, never a chunk smaller than one tile."""
-    wanted = triton.cdiv(2 * _sm_count(device), rows)
+    """About :data:`PROGRAMS_PER_SM` programs per SM over ``rows`` rows, never a chunk smaller than one tile."""
+    wanted = triton.cdiv(PROGRAMS_PER_SM * _sm_count(device), rows)
     return max(1, min(wanted, triton.cdiv(vocab_size, block_size)))
+
+
+def _split(num_splits: int, vocab_size: int, block_size: int) -> tuple[int, int]:
+    """(splits, chunk columns): chunks are whole tiles and every chunk holds at least one valid column."""
+    chunk = triton.cdiv(triton.cdiv(vocab_size, num_splits), block_size) * block_size
+    return triton.cdiv(vocab_size, chunk), chunk
 
 
 @triton.jit
@@ -189,8 +207,8 @@ def _sample_kernel(
     t_sum_ptr,  # [B*(γ+1), NSPLIT]
     d_max_ptr,  # [B*γ, NSPLIT]
     d_sum_ptr,  # [B*γ, NSPLIT]
-    win_val_ptr,  # [2, B, NSPLIT] float32 best race value per chunk: over the residual, over p
-    win_idx_ptr,  # [2, B, NSPLIT] int32 its column
+    win_val_ptr,  # [2, B, RSPLIT] float32 best race value per chunk: over the residual, over p
+    win_idx_ptr,  # [2, B, RSPLIT] int32 its column
     num_accepted_ptr,  # [B] int64
     gamma,
     B,
@@ -200,10 +218,11 @@ def _sample_kernel(
     d_stride_b,
     d_stride_p,
     chunk,
-    NSPLIT: tl.constexpr,
+    NSPLIT: tl.constexpr,  # chunks of the statistics pass
     BLOCK: tl.constexpr,
     GAMMA_BLOCK: tl.constexpr,
     SPLIT_BLOCK: tl.constexpr,
+    RSPLIT: tl.constexpr,  # chunks of this race (program_id(1) < RSPLIT)
 ):
     b = tl.program_id(0)
     split = tl.program_id(1)
@@ -247,13 +266,13 @@ def _sample_kernel(
         better_p = race_p > best_p
         best_p_idx = tl.where(better_p, cols, best_p_idx)
         best_p = tl.where(better_p, race_p, best_p)
-    slot = b * NSPLIT + split
+    slot = b * RSPLIT + split
     m = tl.max(best, axis=0)
     tl.store(win_val_ptr + slot, m)
     tl.store(win_idx_ptr + slot, tl.min(tl.where(best == m, best_idx, _BIG_INDEX), axis=0))
     m_p = tl.max(best_p, axis=0)
-    tl.store(win_val_ptr + B * NSPLIT + slot, m_p)
-    tl.store(win_idx_ptr + B * NSPLIT + slot, tl.min(tl.where(best_p == m_p, best_p_idx, _BIG_INDEX), axis=0))
+    tl.store(win_val_ptr + B * RSPLIT + slot, m_p)
+    tl.store(win_idx_ptr + B * RSPLIT + slot, tl.min(tl.where(best_p == m_p, best_p_idx, _BIG_INDEX), axis=0))
     if split == 0:
         tl.store(num_accepted_ptr + b, k.to(tl.int64))
 

@@ -1,0 +1,61 @@
+"""Launch-parameter sweep of the verification kernel on CUDA: tile width, warps and programs per SM (which set the
+vocabulary splits of both passes), for the shapes the speed issue names. Prints and writes CSV (µs median,
+``triton.testing.do_bench``; ``ratio_to_floor`` against reading the logits once at the device's copy bandwidth).
+The defaults in :mod:`flashspec_hf.kernels.rejection_sampler` are the best rows of this sweep.
+
+    python -m benchmarks.kernel_tune --out DIR
+"""
+
+import argparse
+import csv
+import itertools
+from pathlib import Path
+
+import torch
+import triton
+
+from flashspec_hf.kernels.philox import draw_seed
+from flashspec_hf.kernels.rejection_sampler import _sm_count, verify_triton
+
+from .kernel_bench import DTYPES, copy_bandwidth
+
+COLUMNS = ["mode", "batch", "vocab", "dtype", "block", "warps", "programs_per_sm", "us", "floor_us", "ratio_to_floor"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default=".")
+    p.add_argument("--cases", default="1:32000,64:32000,1:262144,64:262144", help="batch:vocab pairs")
+    args = p.parse_args()
+    device = torch.device("cuda")
+    bandwidth = copy_bandwidth(device, argparse.Namespace(warmup_ms=10, rep_ms=50))  # bytes/µs
+    sms, gamma = _sm_count(device), 4
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "kernel_tune.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, COLUMNS)
+        writer.writeheader()
+        print(",".join(COLUMNS), flush=True)
+        for case, dname, mode in itertools.product(args.cases.split(","), ("bf16", "fp32"), ("greedy", "sampling")):
+            batch, vocab = map(int, case.split(":"))
+            target = torch.randn(batch, gamma + 1, vocab, device=device).to(DTYPES[dname])  # [B, γ+1, V]
+            draft = torch.randn(batch, gamma, vocab, device=device).to(DTYPES[dname])  # [B, γ, V]
+            tokens = torch.randint(0, vocab, (batch, gamma), device=device)  # [B, γ]
+            seed = draw_seed(device)  # [1]
+            read = target.numel() + (draft.numel() if mode == "sampling" else 0)
+            floor_us = read * target.element_size() / bandwidth
+            for block, warps, pps in itertools.product((1024, 2048, 4096), (4, 8), (2, 4, 8, 16)):
+                kw = dict(block_size=block, num_warps=warps, num_splits=triton.cdiv(pps * sms, batch * (gamma + 1)),
+                          sample_splits=triton.cdiv(pps * sms, batch))
+                fn = (lambda: verify_triton(target, tokens, **kw)) if mode == "greedy" else (
+                    lambda: verify_triton(target, tokens, draft, seed, **kw))
+                us = triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median") * 1e3
+                row = dict(mode=mode, batch=batch, vocab=vocab, dtype=dname, block=block, warps=warps,
+                           programs_per_sm=pps, us=round(us, 1), floor_us=round(floor_us, 1),
+                           ratio_to_floor=round(us / floor_us, 2))
+                writer.writerow(row)
+                print(",".join(str(row[c]) for c in COLUMNS), flush=True)
+
+
+if __name__ == "__main__":
+    main()
