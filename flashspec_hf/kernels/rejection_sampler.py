@@ -28,7 +28,10 @@ from .philox import GUMBEL_STREAM, UNIFORM_STREAM, gumbel_tl, randint_tl, stream
 from .reference import PLACEHOLDER_TOKEN_ID
 
 _BIG_INDEX = tl.constexpr(2**31 - 1)  # larger than any vocabulary index: loses every min()
-PROGRAMS_PER_SM = 2  # default launch width: vocabulary splits fill about this many programs per SM
+# Launch defaults per mode, (tile columns, warps, programs per SM): the fastest of benchmarks/kernel_tune's sweep at
+# B = 64, V = 262,144, bf16 on an H200 (benchmarks/results/h200_2026-12-02_kernel/kernel_tune.csv). The vocabulary
+# splits of both passes fill about "programs per SM" programs on every SM.
+LAUNCH = {"greedy": (4096, 8, 16), "sampling": (1024, 4, 16)}
 
 
 def verify_triton(
@@ -37,10 +40,10 @@ def verify_triton(
     draft_logits: torch.Tensor | None = None,
     seed: torch.Tensor | None = None,
     *,
-    block_size: int = 1024,
+    block_size: int | None = None,
     num_splits: int | None = None,
     sample_splits: int | None = None,
-    num_warps: int = 4,
+    num_warps: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Verify one speculative step for a batch; greedy when ``draft_logits`` is None, else speculative sampling.
 
@@ -51,13 +54,13 @@ def verify_triton(
         seed: int64 ``[1]`` Philox key on the logits' device (sampling), from
             :func:`flashspec_hf.kernels.philox.draw_seed`; the kernel draws what
             :func:`~flashspec_hf.kernels.philox.philox_noise` returns for it.
-        block_size: vocabulary tile per loop iteration (a power of two).
+        block_size: vocabulary tile per loop iteration (a power of two); default from :data:`LAUNCH`.
         num_splits: vocabulary chunks per logits row in the statistics pass (``B·(γ+1)`` rows); default fills the
-            device (:data:`PROGRAMS_PER_SM` programs per SM).
+            device (:data:`LAUNCH`'s programs per SM).
         sample_splits: vocabulary chunks per batch row in the sampling race (``B`` rows); default fills the device
             the same way. Neither split count changes the result: the noise is keyed by column, ties go to the
             lowest column.
-        num_warps: warps per program.
+        num_warps: warps per program; default from :data:`LAUNCH`.
 
     Returns:
         output_tokens: int64 ``[B, γ + 1]`` (accepted, then recovered/bonus, then -1); num_accepted: int64 ``[B]``.
@@ -76,8 +79,11 @@ def verify_triton(
     target_logits = _vocab_contiguous(target_logits)
     device = target_logits.device
     rows = batch_size * positions
-    num_splits, chunk = _split(num_splits or _default_splits(rows, vocab_size, block_size, device), vocab_size,
-                               block_size)
+    default_block, default_warps, programs_per_sm = LAUNCH["greedy" if greedy else "sampling"]
+    block_size, num_warps = block_size or default_block, num_warps or default_warps
+    num_splits, chunk = _split(
+        num_splits or _default_splits(rows, vocab_size, block_size, programs_per_sm, device), vocab_size, block_size
+    )
     meta = dict(NSPLIT=num_splits, BLOCK=block_size, num_warps=num_warps)
     draft_tokens = draft_tokens.contiguous()
     out = torch.empty(batch_size, positions, dtype=torch.int64, device=device)  # [B, γ+1]
@@ -100,7 +106,8 @@ def verify_triton(
         )
         # per chunk, the race winner over the residual and over p (fallback when the residual is empty)
         race_splits, race_chunk = _split(
-            sample_splits or _default_splits(batch_size, vocab_size, block_size, device), vocab_size, block_size
+            sample_splits or _default_splits(batch_size, vocab_size, block_size, programs_per_sm, device),
+            vocab_size, block_size,
         )
         win_val = torch.empty(2, batch_size, race_splits, dtype=torch.float32, device=device)  # [2, B, RSPLIT]
         win_idx = torch.empty(2, batch_size, race_splits, dtype=torch.int32, device=device)  # [2, B, RSPLIT]
@@ -129,9 +136,9 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
 
 
-def _default_splits(rows: int, vocab_size: int, block_size: int, device: torch.device) -> int:
-    """About :data:`PROGRAMS_PER_SM` programs per SM over ``rows`` rows, never a chunk smaller than one tile."""
-    wanted = triton.cdiv(PROGRAMS_PER_SM * _sm_count(device), rows)
+def _default_splits(rows: int, vocab_size: int, block_size: int, programs_per_sm: int, device: torch.device) -> int:
+    """About ``programs_per_sm`` programs per SM over ``rows`` rows, never a chunk smaller than one tile."""
+    wanted = triton.cdiv(programs_per_sm * _sm_count(device), rows)
     return max(1, min(wanted, triton.cdiv(vocab_size, block_size)))
 
 
