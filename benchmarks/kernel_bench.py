@@ -3,7 +3,10 @@
 draws the seed or the noise itself) and stock transformers' own verification. Sampling: the kernel draws its
 uniforms and Gumbel noise in-kernel from an int64 ``[1]`` seed; the reference is given ``torch.rand`` noise.
 
-Times are medians in µs (``triton.testing.do_bench``, L2 flushed between runs; on CPU a perf_counter median).
+Times are medians in µs (``triton.testing.do_bench``, L2 flushed between runs; on CPU a perf_counter median). They
+include the host's launch overhead, which dominates small shapes (about 100 µs a call for the kernel's 2-4 Triton
+launches on the H200 host); ``triton_graph`` replays the kernel from a CUDA graph
+(``triton.testing.do_bench_cudagraph``), as the static loop does: device time only.
 ``floor_us`` is the time to read the logits once at the measured device-to-device copy bandwidth: target
 ``[B, γ+1, V]`` (+ draft ``[B, γ, V]`` when sampling) in the given dtype; ``ratio_to_floor = us / floor_us``.
 
@@ -58,8 +61,11 @@ def parse_args():
     return p.parse_args()
 
 
-def bench_us(fn, device, args):
-    """Median time of ``fn()`` in µs."""
+def bench_us(fn, device, args, graph=False):
+    """Median time of ``fn()`` in µs; ``graph``: replayed from a CUDA graph, as the static loop runs it (no host
+    launch overhead: the device time alone)."""
+    if device.type == "cuda" and graph:
+        return triton.testing.do_bench_cudagraph(fn, rep=args.rep_ms, return_mode="median") * 1e3
     if device.type == "cuda":
         return triton.testing.do_bench(fn, warmup=args.warmup_ms, rep=args.rep_ms, return_mode="median") * 1e3
     fn()
@@ -100,9 +106,11 @@ def stock_sampling(target, drafts, draft_f32):
 def providers(mode, target, tokens, draft, noise):
     """name -> (fn, note) for one configuration."""
     loop = "per-row loop" if target.shape[0] > 1 else ""
+    graphed = "replayed from a CUDA graph, as in the static loop"
     if mode == "greedy":
         return {
             "triton": (lambda: verify_triton(target, tokens), ""),
+            "triton_graph": (lambda: verify_triton(target, tokens), graphed),
             "torch": (lambda: verify_greedy_reference(target, tokens), ""),
             "verify": (lambda: verify(target, tokens, None), "flashspec dispatch"),
             "stock": (lambda: stock_greedy(target, tokens), loop),
@@ -111,6 +119,7 @@ def providers(mode, target, tokens, draft, noise):
     draft_f32 = draft.float()  # [B, γ, V]
     return {
         "triton": (lambda: verify_triton(target, tokens, draft, seed), "seed drawn outside, noise in-kernel"),
+        "triton_graph": (lambda: verify_triton(target, tokens, draft, seed), graphed),
         "torch": (lambda: verify_sampling_reference(target, tokens, draft, u, g), "noise drawn outside"),
         "verify": (lambda: verify(target, tokens, draft), "flashspec dispatch, draws seed (noise on torch)"),
         "stock": (lambda: stock_sampling(target, tokens, draft_f32), loop),
@@ -174,13 +183,15 @@ def main():
             read = target.numel() + (draft.numel() if mode == "sampling" else 0)
             floor_us = read * target.element_size() / bandwidth
             for name, (fn, note) in providers(mode, target, tokens, draft, noise).items():
+                if name.endswith("_graph") and device.type != "cuda":
+                    continue
                 row = dict(mode=mode, batch=batch, gamma=gamma, vocab=vocab, dtype=dname, provider=name,
                            us="", floor_us=round(floor_us, 2), ratio_to_floor="", note=note)
                 if time.perf_counter() - start > args.budget_s:
                     row["note"] = "skipped: time budget"
                 else:
                     try:
-                        us = bench_us(fn, device, args)
+                        us = bench_us(fn, device, args, graph=name.endswith("_graph"))
                         row.update(us=round(us, 1), ratio_to_floor=round(us / floor_us, 2))
                     except Exception as e:  # noqa: BLE001  (recorded, the grid goes on)
                         row["note"] = f"error: {type(e).__name__}: {e}"[:300].replace("\n", " ")

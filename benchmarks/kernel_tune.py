@@ -1,6 +1,8 @@
 """Launch-parameter sweep of the verification kernel on CUDA: tile width, warps and programs per SM (which set the
-vocabulary splits of both passes), for the shapes the speed issue names. Prints and writes CSV (µs median,
-``triton.testing.do_bench``; ``ratio_to_floor`` against reading the logits once at the device's copy bandwidth).
+vocabulary splits of both passes), for the shapes the speed issue names. Prints and writes CSV (µs median of CUDA
+graph replays, as the static loop runs the kernel: no host launch overhead; ``ratio_to_floor`` against reading the
+logits once at the device's copy bandwidth). The sweep of 2026-12-02 (H200) timed plain launches instead
+(``triton.testing.do_bench``), whose ~100 µs of host overhead hid the device time below ~100 µs.
 The defaults in :mod:`flashspec_hf.kernels.rejection_sampler` are the best rows of this sweep.
 
     python -m benchmarks.kernel_tune --out DIR
@@ -17,7 +19,7 @@ import triton
 from flashspec_hf.kernels.philox import draw_seed
 from flashspec_hf.kernels.rejection_sampler import _sm_count, verify_triton
 
-from .kernel_bench import DTYPES, copy_bandwidth
+from .kernel_bench import DTYPES, bench_us, copy_bandwidth
 
 COLUMNS = ["mode", "batch", "vocab", "dtype", "block", "warps", "programs_per_sm", "us", "floor_us", "ratio_to_floor"]
 
@@ -28,7 +30,8 @@ def main():
     p.add_argument("--cases", default="1:32000,64:32000,1:262144,64:262144", help="batch:vocab pairs")
     args = p.parse_args()
     device = torch.device("cuda")
-    bandwidth = copy_bandwidth(device, argparse.Namespace(warmup_ms=10, rep_ms=50))  # bytes/µs
+    timing = argparse.Namespace(warmup_ms=10, rep_ms=40)
+    bandwidth = copy_bandwidth(device, timing)  # bytes/µs
     sms, gamma = _sm_count(device), 4
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -49,7 +52,7 @@ def main():
                           sample_splits=triton.cdiv(pps * sms, batch))
                 fn = (lambda: verify_triton(target, tokens, **kw)) if mode == "greedy" else (
                     lambda: verify_triton(target, tokens, draft, seed, **kw))
-                us = triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median") * 1e3
+                us = bench_us(fn, device, timing, graph=True)
                 row = dict(mode=mode, batch=batch, vocab=vocab, dtype=dname, block=block, warps=warps,
                            programs_per_sm=pps, us=round(us, 1), floor_us=round(floor_us, 1),
                            ratio_to_floor=round(us / floor_us, 2))

@@ -3,8 +3,12 @@
 # machine stays warm 30 s after a call and is held 30 minutes at most). Long work runs in the background (setsid)
 # so that it outlives a call, and writes to /tmp; later calls copy what it wrote to $OUT.
 #   piece NN   copy the GGUF piece .carry/gguf/NN to /tmp/gguf; the first call also starts tests/test_gpu.py and
-#              kernel_quick in the background (benchmarks/gpu_session.sh -> /tmp/gs; $BG names another script)
-#   convert    join the pieces and convert the GGUF (bf16) in the background, for a later bench
+#              kernel_quick in the background (benchmarks/gpu_session.sh -> /tmp/gs; $BG names another script, e.g.
+#              benchmarks/gpu_pipeline.sh, which runs the whole session's GPU work)
+#   stash      copy the carried .carry/ and flashspec_hf/assistants/ (drafts) to /tmp/carry and /tmp/drafts
+#   convert    stash, then join the pieces and convert the GGUF (bf16) in the background; /tmp/convert.done once
+#              converted and the corpus is stashed (it may come in a later stash call)
+#   poll S     wait up to S seconds for the background pipeline (/tmp/gs/done); copy /tmp/gs to $OUT, show log tails
 #   distill    join the pieces, then in the background: convert (bf16), continue the corpus .carry/q/corpus.json.gz
 #              (build_distill_corpus.py) greedily and distil one draft per domain (distill_drafts.py -> /tmp/dout;
 #              VARIANTS 1x1920, DOMAINS code,chat, DISTILL_STEPS 3000, CONT_BATCH 256 unless set)
@@ -20,10 +24,17 @@ piece)
   if [ ! -d /tmp/gs ]; then
     mkdir -p /tmp/gs && OUT=/tmp/gs setsid nohup bash "${BG:-benchmarks/gpu_session.sh}" >/tmp/gs/bg.log 2>&1 &
   fi ;;
+stash)
+  mkdir -p /tmp/carry /tmp/drafts && cp -r .carry/. /tmp/carry/ && cp -r flashspec_hf/assistants/. /tmp/drafts/
+  ls /tmp/carry /tmp/drafts ;;
 convert)
   . draft_release/gpu_qwen_env.sh
-  setsid nohup python3 -c "import torch; from flashspec_hf.models import load_target; load_target('qwen2.5-coder-1.5b', dtype=torch.bfloat16)" >/tmp/convert.log 2>&1 &
+  bash "$0" stash
+  setsid nohup sh -c "python3 -c \"import torch; from flashspec_hf.models import load_target; load_target('qwen2.5-coder-1.5b', dtype=torch.bfloat16)\" && until [ -f /tmp/carry/q/corpus.json.gz ]; do sleep 2; done && touch /tmp/convert.done" >/tmp/convert.log 2>&1 &
   sleep 5; cat /tmp/convert.log ;;
+poll)
+  for _ in $(seq "$2"); do [ -e /tmp/gs/done ] && break; sleep 1; done
+  cp /tmp/gs/* "$OUT"/ 2>/dev/null; tail -n 2 /tmp/gs/*.log /tmp/convert.log 2>/dev/null | cut -c1-300 ;;
 distill)
   . draft_release/gpu_qwen_env.sh  # joins the pieces, installs the gguf wheel, sets the preset's GGUF folder
   mkdir -p /tmp/dout

@@ -29,8 +29,9 @@ from .reference import PLACEHOLDER_TOKEN_ID
 
 _BIG_INDEX = tl.constexpr(2**31 - 1)  # larger than any vocabulary index: loses every min()
 # Launch defaults per mode, (tile columns, warps, programs per SM): the fastest of benchmarks/kernel_tune's sweep at
-# B = 64, V = 262,144, bf16 on an H200 (benchmarks/results/h200_2026-12-02_kernel/kernel_tune.csv). The vocabulary
-# splits of both passes fill about "programs per SM" programs on every SM.
+# B = 64, V = 262,144, bf16 on an H200 (benchmarks/results/h200_2026-12-02_kernel_qwen/kernel_tune.csv; timed with
+# plain launches, so smaller shapes were hidden by host overhead). The vocabulary splits of both passes fill about
+# "programs per SM" programs on every SM.
 LAUNCH = {"greedy": (4096, 8, 16), "sampling": (1024, 4, 16)}
 
 
