@@ -6,9 +6,10 @@
 #              kernel_quick in the background (benchmarks/gpu_session.sh -> /tmp/gs; $BG names another script, e.g.
 #              benchmarks/gpu_pipeline.sh, which runs the whole session's GPU work)
 #   stash      copy the carried .carry/ and flashspec_hf/assistants/ (drafts) to /tmp/carry and /tmp/drafts
-#   convert    stash, then join the pieces and convert the GGUF (bf16) in the background; /tmp/convert.done once
-#              converted and the corpus is stashed (it may come in a later stash call)
-#   poll S     wait up to S seconds for the background pipeline (/tmp/gs/done); copy /tmp/gs to $OUT, show log tails
+#   convert    join the pieces, stash, and convert the GGUF (bf16) in the background; /tmp/convert.done once
+#              converted and the corpus is stashed (it may come in a later stash call, within 10 minutes)
+#   poll S     wait up to S (30) seconds for the background pipeline (/tmp/gs/done); copy /tmp/gs to $OUT (a call
+#              brings back a limited number of files: copy only the new ones when many are there), show log tails
 #   distill    join the pieces, then in the background: convert (bf16), continue the corpus .carry/q/corpus.json.gz
 #              (build_distill_corpus.py) greedily and distil one draft per domain (distill_drafts.py -> /tmp/dout;
 #              VARIANTS 1x1920, DOMAINS code,chat, DISTILL_STEPS 3000, CONT_BATCH 256 unless set)
@@ -21,8 +22,9 @@ step=$1
 case $step in
 piece)
   mkdir -p /tmp/gguf && cp ".carry/gguf/$2" /tmp/gguf/ && ls /tmp/gguf | wc -l
-  if [ ! -d /tmp/gs ]; then
-    mkdir -p /tmp/gs && OUT=/tmp/gs setsid nohup bash "${BG:-benchmarks/gpu_session.sh}" >/tmp/gs/bg.log 2>&1 &
+  if [ ! -d /tmp/gs ]; then  # from a copy of the tree: later calls replace it
+    mkdir -p /tmp/gs && rm -rf /tmp/gstree && cp -r . /tmp/gstree && cd /tmp/gstree \
+      && OUT=/tmp/gs setsid nohup bash "${BG:-benchmarks/gpu_session.sh}" >/tmp/gs/bg.log 2>&1 &
   fi ;;
 stash)
   mkdir -p /tmp/carry /tmp/drafts && cp -r .carry/. /tmp/carry/ && cp -r flashspec_hf/assistants/. /tmp/drafts/
@@ -30,10 +32,10 @@ stash)
 convert)
   . draft_release/gpu_qwen_env.sh
   bash "$0" stash
-  setsid nohup sh -c "python3 -c \"import torch; from flashspec_hf.models import load_target; load_target('qwen2.5-coder-1.5b', dtype=torch.bfloat16)\" && until [ -f /tmp/carry/q/corpus.json.gz ]; do sleep 2; done && touch /tmp/convert.done" >/tmp/convert.log 2>&1 &
+  setsid nohup sh -c "python3 -c \"import torch; from flashspec_hf.models import load_target; load_target('qwen2.5-coder-1.5b', dtype=torch.bfloat16)\" && for i in \$(seq 300); do [ -f /tmp/carry/q/corpus.json.gz ] && touch /tmp/convert.done && break; sleep 2; done" >/tmp/convert.log 2>&1 &
   sleep 5; cat /tmp/convert.log ;;
 poll)
-  for _ in $(seq "$2"); do [ -e /tmp/gs/done ] && break; sleep 1; done
+  for _ in $(seq "${2:-30}"); do [ -e /tmp/gs/done ] && break; sleep 1; done
   cp /tmp/gs/* "$OUT"/ 2>/dev/null; tail -n 2 /tmp/gs/*.log /tmp/convert.log 2>/dev/null | cut -c1-300 ;;
 distill)
   . draft_release/gpu_qwen_env.sh  # joins the pieces, installs the gguf wheel, sets the preset's GGUF folder

@@ -162,9 +162,10 @@ EMPTY_RESIDUAL = {
 }
 
 
-@pytest.mark.parametrize("verify", ["reference", "triton"])
-def test_empty_residual_falls_back_to_p(verify):
-    """Rejected with no residual mass (rounding, p = q): the recovered token must come from p's support."""
+@pytest.mark.parametrize("verify, race_splits", [("reference", None), ("triton", 1), ("triton", 3)])
+def test_empty_residual_falls_back_to_p(verify, race_splits):
+    """Rejected with no residual mass (rounding, p = q): the recovered token must come from p's support (the race
+    over p is read at its own offset in the race's partials, whatever their split count)."""
     vocab, gamma = 40, 1
     logits, below = EMPTY_RESIDUAL[verify]
     target = torch.full((1, gamma + 1, vocab), float("-inf"))
@@ -178,5 +179,12 @@ def test_empty_residual_falls_back_to_p(verify):
     if verify == "reference":
         out, n = verify_sampling_reference(target, tokens, draft, uniforms, gumbels)
     else:
-        out, n = verify_triton(target, tokens, draft, seed, block_size=16, num_splits=2)
+        out, n = verify_triton(target, tokens, draft, seed, block_size=16, num_splits=2, sample_splits=race_splits)
     assert n.item() == 0 and 7 <= out[0, 0].item() < 10
+
+
+@pytest.mark.parametrize("launch", [dict(num_splits=0), dict(sample_splits=-1), dict(num_warps=0), dict(block_size=24)])
+def test_launch_parameters_out_of_range_are_refused(launch):
+    target, draft, _ = _case(1, 2, 64, torch.float32, 0, 0.5)
+    with pytest.raises(ValueError, match="power of two"):
+        verify_triton(target, torch.zeros(1, 2, dtype=torch.int64), draft, torch.tensor([1]), **launch)

@@ -59,16 +59,20 @@ def verify_triton(
         num_splits: vocabulary chunks per logits row in the statistics pass (``B·(γ+1)`` rows); default fills the
             device (:data:`LAUNCH`'s programs per SM).
         sample_splits: vocabulary chunks per batch row in the sampling race (``B`` rows); default fills the device
-            the same way. Neither split count changes the result: the noise is keyed by column, ties go to the
-            lowest column.
+            the same way. It never changes the result (the noise is keyed by column, ties go to the lowest column);
+            ``num_splits`` and ``block_size`` change only the float32 rounding of the log-sum-exp partials.
         num_warps: warps per program; default from :data:`LAUNCH`.
 
     Returns:
         output_tokens: int64 ``[B, γ + 1]`` (accepted, then recovered/bonus, then -1); num_accepted: int64 ``[B]``.
 
     Raises:
-        ValueError: on shape or vocabulary mismatches between the arguments.
+        ValueError: on shape or vocabulary mismatches between the arguments, or launch parameters out of range.
     """
+    if any(n is not None and n < 1 for n in (num_splits, sample_splits, num_warps)) or (
+            block_size is not None and (block_size < 1 or block_size & (block_size - 1))):
+        raise ValueError(f"num_splits, sample_splits and num_warps must be >= 1 and block_size a power of two, got "
+                         f"{num_splits}, {sample_splits}, {num_warps}, {block_size}")
     batch_size, positions, vocab_size = target_logits.shape
     gamma = positions - 1
     greedy = draft_logits is None
@@ -290,7 +294,7 @@ def _finalize_kernel(
     draft_tokens_ptr,  # [B, γ] int64
     t_max_ptr,  # [B*(γ+1), NSPLIT] float32 (greedy: per-chunk max)
     t_arg_ptr,  # [B*(γ+1), NSPLIT] int32 (greedy: per-chunk argmax)
-    win_val_ptr,  # [2, B, NSPLIT] float32 (sampling)
+    win_val_ptr,  # [2, B, NSPLIT] float32 (sampling: NSPLIT is the race's split count)
     win_idx_ptr,  # [2, B, NSPLIT] int32 (sampling)
     out_ptr,  # [B, γ+1] int64
     num_accepted_ptr,  # [B] int64: written (greedy) or read (sampling)
