@@ -230,7 +230,9 @@ def _check_draft(target: PreTrainedModel, draft, name: str, same_tokens: bool) -
         raise ValueError(
             f"{name} has a vocabulary of {draft_vocab} tokens, the target {target_vocab}: they do not share a "
             "tokenizer. flashspec needs drafts with the target's tokenizer (padded vocabularies are fine; pass "
-            "tokenizer= and assistant_tokenizer= to compare tokens rather than sizes)"
+            "tokenizer= and assistant_tokenizer= to compare tokens rather than sizes). For a draft with another "
+            "tokenizer, drop flashspec=True and use transformers' universal assisted decoding (assistant_model=, "
+            "tokenizer=, assistant_tokenizer=)"
         )
 
 
