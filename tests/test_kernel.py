@@ -188,3 +188,14 @@ def test_launch_parameters_out_of_range_are_refused(launch):
     target, draft, _ = _case(1, 2, 64, torch.float32, 0, 0.5)
     with pytest.raises(ValueError, match="power of two"):
         verify_triton(target, torch.zeros(1, 2, dtype=torch.int64), draft, torch.tensor([1]), **launch)
+
+
+@settings(max_examples=200, deadline=None)
+@given(splits=st.integers(1, 600), vocab=st.integers(1, 300_000), log_block=st.integers(4, 12))
+def test_vocabulary_chunks_are_whole_tiles_and_never_empty(splits, vocab, log_block):
+    from flashspec_hf.kernels.rejection_sampler import _split
+
+    block = 2**log_block
+    got, chunk = _split(splits, vocab, block)
+    assert chunk % block == 0 and 1 <= got <= splits
+    assert (got - 1) * chunk < vocab <= got * chunk  # every chunk holds a valid column; together they cover V
