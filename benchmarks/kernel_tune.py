@@ -1,9 +1,9 @@
 """Launch-parameter sweep of the verification kernel on CUDA: tile width, warps and programs per SM (which set the
 vocabulary splits of both passes), for the shapes the speed issue names. Prints and writes CSV (µs median of CUDA
 graph replays, as the static loop runs the kernel: no host launch overhead; ``ratio_to_floor`` against reading the
-logits once at the device's copy bandwidth). The sweep of 2026-12-02 (H200) timed plain launches instead
-(``triton.testing.do_bench``), whose ~100 µs of host overhead hid the device time below ~100 µs.
-The defaults in :mod:`flashspec_hf.kernels.rejection_sampler` are the best rows of this sweep.
+logits once at the device's copy bandwidth). The defaults in :mod:`flashspec_hf.kernels.rejection_sampler` are the
+best rows of its first run (2026-12-02, H200), which timed plain launches (``triton.testing.do_bench``) whose
+~100 µs of host overhead hid the device time below ~100 µs.
 
     python -m benchmarks.kernel_tune --out DIR
 """
@@ -14,10 +14,9 @@ import itertools
 from pathlib import Path
 
 import torch
-import triton
 
 from flashspec_hf.kernels.philox import draw_seed
-from flashspec_hf.kernels.rejection_sampler import _sm_count, verify_triton
+from flashspec_hf.kernels.rejection_sampler import _default_splits, verify_triton
 
 from .kernel_bench import DTYPES, bench_us, copy_bandwidth
 
@@ -32,7 +31,7 @@ def main():
     device = torch.device("cuda")
     timing = argparse.Namespace(warmup_ms=10, rep_ms=40)
     bandwidth = copy_bandwidth(device, timing)  # bytes/µs
-    sms, gamma = _sm_count(device), 4
+    gamma = 4
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "kernel_tune.csv", "w", newline="") as f:
@@ -48,8 +47,9 @@ def main():
             read = target.numel() + (draft.numel() if mode == "sampling" else 0)
             floor_us = read * target.element_size() / bandwidth
             for block, warps, pps in itertools.product((1024, 2048, 4096), (4, 8), (2, 4, 8, 16)):
-                kw = dict(block_size=block, num_warps=warps, num_splits=triton.cdiv(pps * sms, batch * (gamma + 1)),
-                          sample_splits=triton.cdiv(pps * sms, batch))
+                kw = dict(block_size=block, num_warps=warps,  # the splits verify_triton's defaults would pick
+                          num_splits=_default_splits(batch * (gamma + 1), vocab, block, pps, device),
+                          sample_splits=_default_splits(batch, vocab, block, pps, device))
                 fn = (lambda: verify_triton(target, tokens, **kw)) if mode == "greedy" else (
                     lambda: verify_triton(target, tokens, draft, seed, **kw))
                 us = bench_us(fn, device, timing, graph=True)
