@@ -18,7 +18,9 @@ stock, so their copy is made outside the timing).
 
     python -m benchmarks.kernel_bench --out DIR            # CUDA, full grid (about 2 minutes on an H200)
     TRITON_INTERPRET=1 python -m benchmarks.kernel_bench --quick --out DIR   # CPU smoke test
-Writes DIR/kernel_bench.csv, kernel_bench.png, kernel_bench.env.txt.
+Writes DIR/kernel_bench.csv, kernel_bench.png, kernel_bench.env.txt; on CUDA also kernel_profile.csv: the device
+time of each of ``verify_triton``'s launches (statistics pass, race, finalize) at the grid's largest shape per mode and
+dtype (``torch.profiler``, 20 calls), to say where the time above the floor goes.
 """
 
 import argparse
@@ -126,6 +128,36 @@ def providers(mode, target, tokens, draft, noise):
     }
 
 
+def profile_launches(device, batch, gamma, vocab, path):
+    """Per-launch device µs of ``verify_triton`` at one shape for each mode and dtype, from ``torch.profiler``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    calls, rows = 20, []
+    for mode in ("greedy", "sampling"):
+        for dname, dtype in DTYPES.items():
+            target = torch.randn(batch, gamma + 1, vocab, device=device).to(dtype)  # [B, γ+1, V]
+            draft = torch.randn(batch, gamma, vocab, device=device).to(dtype) if mode == "sampling" else None
+            tokens = torch.randint(0, vocab, (batch, gamma), device=device)  # [B, γ]
+            seed = draw_seed(device)  # [1]
+            verify_triton(target, tokens, draft, seed)  # compiled before profiling
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(calls):
+                    verify_triton(target, tokens, draft, seed)
+                torch.cuda.synchronize()
+            for evt in prof.key_averages():
+                if evt.device_type.name == "CUDA" and evt.count:
+                    rows.append(dict(mode=mode, batch=batch, gamma=gamma, vocab=vocab, dtype=dname, kernel=evt.key,
+                                     launches_per_call=evt.count / calls,
+                                     device_us_per_call=round(evt.self_device_time_total / calls, 1)))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    for row in rows:
+        print(row, flush=True)
+
+
 def plot(rows, path):
     import matplotlib
 
@@ -201,6 +233,9 @@ def main():
                 print(",".join(str(row[c]) for c in COLUMNS), flush=True)
             del target, draft, noise
     plot(rows, out / "kernel_bench.png")
+    if device.type == "cuda":
+        profile_launches(device, max(map(int, args.batches.split(","))), min(map(int, args.gammas.split(","))),
+                         max(map(int, args.vocabs.split(","))), out / "kernel_profile.csv")
 
 
 if __name__ == "__main__":

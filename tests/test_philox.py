@@ -12,6 +12,8 @@ from flashspec_hf.kernels.philox import (
     gumbel_torch,
     philox_bits,
     philox_noise,
+    randint4_tl,
+    randint4_torch,
     randint_tl,
     randint_torch,
     uniform_tl,
@@ -58,10 +60,30 @@ def test_torch_twin_draws_what_triton_draws(seed):
     torch.testing.assert_close(gumbels, gumbel_torch(want), rtol=1e-6, atol=1e-6)
 
 
+@triton.jit
+def _draw4_kernel(seed_ptr, offset_ptr, bits_ptr, BLOCK: tl.constexpr):
+    i = tl.arange(0, BLOCK)
+    words = randint4_tl(tl.load(seed_ptr), tl.load(offset_ptr + i))  # [BLOCK, 4]
+    tl.store(bits_ptr + 4 * i[:, None] + tl.arange(0, 4)[None, :], words.to(tl.int64))
+
+
+@pytest.mark.parametrize("seed", [0, 2**63 - 2])
+def test_torch_twin_draws_all_four_words_as_triton(seed):
+    """The race's four words per counter, in order, equal the twin's (and the first is ``randint_tl``'s)."""
+    offsets = torch.cat([torch.randint(2**63 - 1, (60,), generator=torch.Generator().manual_seed(seed % 97)),
+                         torch.tensor([0, 2**32 - 1, 2**32, 2**63 - 1])])  # [64]
+    seed_t = torch.tensor([seed])
+    bits = torch.empty(64, 4, dtype=torch.int64)
+    _draw4_kernel[(1,)](seed_t, offsets, bits, BLOCK=64)
+    assert torch.equal(bits, randint4_torch(seed_t, offsets))
+    assert torch.equal(bits[:, 0], randint_torch(seed_t, offsets))
+
+
 def test_the_words_are_philox_4x32_10():
-    """Random123's known-answer vector (key 0, counter 0 -> first word 0x6627e8d5) and, where Triton's own
-    ``tl.randint`` splits int64 offsets into two counter words (Triton >= 3.4), its words."""
-    assert int(randint_torch(torch.tensor([0]), torch.tensor([0]))[0]) == 0x6627E8D5
+    """Random123's known-answer vector (key 0, counter 0 -> 6627e8d5 e169c58d bc57ac4c 9b00dbd8) and, where Triton's
+    own ``tl.randint`` splits int64 offsets into two counter words (Triton >= 3.4), its words."""
+    words = randint4_torch(torch.tensor([0]), torch.tensor([0]))[0].tolist()
+    assert words == [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]
     if tuple(int(x) for x in triton.__version__.split(".")[:2]) < (3, 4):
         return
     seed_t, offsets = torch.tensor([2**40 + 3]), (torch.arange(64) << 32) + torch.arange(64) * 977  # [1], [64]

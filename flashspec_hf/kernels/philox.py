@@ -1,16 +1,17 @@
 """Randomness of the Triton sampling verification: counter-based Philox drawn inside the kernel, and its PyTorch twin.
 
-Generator: Philox 4x32-10 (Salmon et al. 2011, "Parallel random numbers: as easy as 1, 2, 3") through ``tl.philox``
-(:func:`randint_tl`): key = the 64-bit seed, counter = ``(offset mod 2^32, offset >> 32, 0, 0)``, first output word
-(what ``tl.randint`` does with int64 offsets from Triton 3.4 on; written out, since older Triton runs 64-bit Philox
-there). The
-seed is an int64 ``[1]`` tensor drawn by torch's generator on the logits' device (:func:`draw_seed`), so
-``torch.manual_seed`` makes runs repeatable, nothing is read back to the host and the draw is CUDA-graph capturable.
+Generator: Philox 4x32-10 (Salmon et al. 2011, "Parallel random numbers: as easy as 1, 2, 3") through ``tl.philox``:
+key = the 64-bit seed, counter = ``(offset mod 2^32, offset >> 32, 0, 0)``; :func:`randint_tl` keeps the first output
+word (what ``tl.randint`` does with int64 offsets from Triton 3.4 on; written out, since older Triton runs 64-bit
+Philox there), :func:`randint4_tl` all four. The seed is an int64 ``[1]`` tensor drawn by torch's generator on the
+logits' device (:func:`draw_seed`), so ``torch.manual_seed`` makes runs repeatable, nothing is read back to the host
+and the draw is CUDA-graph capturable.
 
-Counter layout (:func:`stream_offset_tl` + index): row ``b`` draws the Gumbel noise of vocabulary index ``v`` at
-counter ``(v, 2b, 0, 0)`` and the acceptance uniform of draft position ``i`` at ``(i, 2b + 1, 0, 0)``: no two draws
-of one step share a counter (``B < 2^31``). The Gumbels serve the Gumbel-max trick: ``argmax_v(log r_v + g_v)`` is
-a sample of ``r / sum(r)``; one row of ``V`` suffices per step, as each row samples one recovered or bonus token.
+Counter layout (:func:`stream_offset_tl` + index): row ``b`` draws the Gumbel noise of vocabulary index ``v`` from
+word ``v mod 4`` of counter ``(v div 4, 2b, 0, 0)`` (one Philox evaluation per four columns) and the acceptance
+uniform of draft position ``i`` from the first word at ``(i, 2b + 1, 0, 0)``: no two draws of one step share a word
+(``B < 2^31``). The Gumbels serve the Gumbel-max trick: ``argmax_v(log r_v + g_v)`` is a sample of ``r / sum(r)``;
+one row of ``V`` suffices per step, as each row samples one recovered or bonus token.
 
 Each 32-bit word ``x`` becomes ``U = (x + 1/2) / 2^32``, rounded to float32 (in ``(0, 1]``, never 0, so its log is
 finite), and the Gumbel noise is ``-log(E)`` with ``E = -log U ~ Exp(1)`` computed from the word's complement
@@ -44,11 +45,24 @@ def draw_seed(device: torch.device) -> torch.Tensor:
 def randint_tl(seed, offsets):
     """uint32 first word of Philox 4x32-10 keyed by ``seed`` at counter ``(offsets mod 2^32, offsets >> 32, 0, 0)``
     for int64 ``offsets`` (any shape)."""
+    word, _, _, _ = tl.philox(seed, *_counter_tl(offsets))
+    return word
+
+
+@triton.jit
+def randint4_tl(seed, offsets):
+    """All four uint32 words of Philox 4x32-10 at the counters of :func:`randint_tl`: int64 ``offsets [N]`` ->
+    ``[N, 4]``, word ``j`` of counter ``n`` at ``[n, j]`` (a quarter of the rounds per word)."""
+    w0, w1, w2, w3 = tl.philox(seed, *_counter_tl(offsets))
+    return tl.reshape(tl.join(tl.join(w0, w2), tl.join(w1, w3)), [w0.shape[0], 4])  # [N, 2, 2] -> [N, 4]
+
+
+@triton.jit
+def _counter_tl(offsets):
     lo = (offsets & 0xFFFFFFFF).to(tl.uint32)
     hi = ((offsets >> 32) & 0xFFFFFFFF).to(tl.uint32)
     zero = tl.zeros_like(lo)
-    word, _, _, _ = tl.philox(seed, lo, hi, zero, zero)
-    return word
+    return lo, hi, zero, zero
 
 
 @triton.jit
@@ -70,9 +84,11 @@ def gumbel_tl(bits):
     w = uniform_tl(~bits)  # 1 - U
     y = 1.0 - w
     d = y - 1.0  # exact
+    low = u <= 0.5
+    log_v = tl.log(tl.where(low, u, y))  # one log serves both tails
     # -log(1 - w) = log(y) * w / (y - 1) (Kahan's log1p), = w where y rounds to 1
-    e_hi = tl.where(d == 0.0, w, tl.div_rn(tl.log(y) * w, tl.where(d == 0.0, 1.0, d)))
-    return -tl.log(tl.where(u <= 0.5, -tl.log(u), e_hi))
+    e_hi = tl.where(d == 0.0, w, tl.div_rn(log_v * w, tl.where(d == 0.0, 1.0, d)))
+    return -tl.log(tl.where(low, -log_v, e_hi))
 
 
 def philox_noise(seed: torch.Tensor, batch_size: int, gamma: int, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,14 +109,19 @@ def philox_bits(seed: torch.Tensor, batch_size: int, gamma: int, vocab_size: int
     """The Philox words behind :func:`philox_noise`: uint32 values in int64 tensors ``[B, γ]`` and ``[B, V]``."""
     rows = torch.arange(batch_size, device=seed.device).unsqueeze(1)  # [B, 1]
     positions = torch.arange(gamma, device=seed.device)  # [γ]
-    vocab = torch.arange(vocab_size, device=seed.device)  # [V]
+    counters = torch.arange((vocab_size + 3) // 4, device=seed.device)  # [ceil(V / 4)]: four vocabulary words each
     uniform_bits = randint_torch(seed, stream_offset_torch(rows, UNIFORM_STREAM) + positions)  # [B, γ]
-    gumbel_bits = randint_torch(seed, stream_offset_torch(rows, GUMBEL_STREAM) + vocab)  # [B, V]
-    return uniform_bits, gumbel_bits
+    words = randint4_torch(seed, stream_offset_torch(rows, GUMBEL_STREAM) + counters)  # [B, ceil(V / 4), 4]
+    return uniform_bits, words.flatten(1)[:, :vocab_size]  # [B, V]: index v is word v % 4 of counter v // 4
 
 
 def randint_torch(seed: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """:func:`randint_tl` in PyTorch: uint32 words held in int64, shape of ``offsets``."""
+    return randint4_torch(seed, offsets)[..., 0]
+
+
+def randint4_torch(seed: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """:func:`randint4_tl` in PyTorch: uint32 words held in int64, ``offsets.shape + (4,)``."""
     c0, c1 = offsets & _M32, (offsets >> 32) & _M32
     c2 = c3 = torch.zeros_like(c0)
     k0, k1 = seed & _M32, (seed >> 32) & _M32
@@ -109,7 +130,7 @@ def randint_torch(seed: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
         hi_a, lo_a = _mulhilo(_ROUND_A, c0)
         c0, c1, c2, c3 = hi_b ^ c1 ^ k0, lo_b, hi_a ^ c3 ^ k1, lo_a
         k0, k1 = (k0 + _KEY_A) & _M32, (k1 + _KEY_B) & _M32
-    return c0
+    return torch.stack([c0, c1, c2, c3], dim=-1)
 
 
 def _mulhilo(a: int, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,5 +154,7 @@ def gumbel_torch(bits: torch.Tensor) -> torch.Tensor:
     u, w = uniform_torch(bits), uniform_torch(bits ^ _M32)
     y = 1.0 - w
     d = y - 1.0
-    e_hi = torch.where(d == 0.0, w, torch.log(y) * w / torch.where(d == 0.0, 1.0, d))
-    return -torch.log(torch.where(u <= 0.5, -torch.log(u), e_hi))
+    low = u <= 0.5
+    log_v = torch.log(torch.where(low, u, y))
+    e_hi = torch.where(d == 0.0, w, log_v * w / torch.where(d == 0.0, 1.0, d))
+    return -torch.log(torch.where(low, -log_v, e_hi))

@@ -6,13 +6,15 @@ bit for bit on accepted counts and tokens). Three launches, none of which reads 
 1. :func:`_vocab_stats_kernel`, grid ``(rows, NSPLIT)``: each program streams one vocabulary chunk of one logits
    row in ``BLOCK``-wide tiles and writes a partial ``(max, sum exp)`` (sampling) or ``(max, argmax)`` (greedy).
    Memory per program is ``O(BLOCK)``, independent of ``V``; splitting the vocabulary keeps the GPU busy at
-   batch 1, where there are only ``γ + 1`` rows.
+   batch 1, where there are only ``γ + 1`` rows. A tile is ``[BLOCK / 8, 8]``: each thread's 8 contiguous columns
+   share one running max, so the online softmax takes ``1 + 1/8`` exponentials per column, not 2.
 2. :func:`_sample_kernel` (sampling only), grid ``(B, RSPLIT)``, its own vocabulary split (``B`` rows, not
    ``B·(γ+1)``, must fill the device): combines the partial log-sum-exps, tests
    ``log u_i <= log p_i(x_i) - log q_i(x_i)`` for every draft token, finds the first rejection ``k`` and streams
    its chunk of position ``k`` for the Gumbel-max race ``argmax(log r + g)`` over ``r = max(0, p_k - q_k)`` (or
    ``p_{γ+1}``). The uniforms ``u`` and the Gumbel noise ``g`` are drawn right there, from a counter-based Philox
-   keyed by a seed tensor (:mod:`flashspec_hf.kernels.philox`): no ``[B, V]`` noise tensor exists.
+   keyed by a seed tensor (:mod:`flashspec_hf.kernels.philox`; one Philox evaluation per four columns): no
+   ``[B, V]`` noise tensor exists.
 3. :func:`_finalize_kernel`, grid ``(B,)``: reduces the per-chunk winners and writes the output row.
 """
 
@@ -24,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .philox import GUMBEL_STREAM, UNIFORM_STREAM, gumbel_tl, randint_tl, stream_offset_tl, uniform_tl
+from .philox import GUMBEL_STREAM, UNIFORM_STREAM, gumbel_tl, randint4_tl, randint_tl, stream_offset_tl, uniform_tl
 from .reference import PLACEHOLDER_TOKEN_ID
 
 _BIG_INDEX = tl.constexpr(2**31 - 1)  # larger than any vocabulary index: loses every min()
@@ -33,6 +35,7 @@ _BIG_INDEX = tl.constexpr(2**31 - 1)  # larger than any vocabulary index: loses 
 # plain launches, so smaller shapes were hidden by host overhead). The vocabulary splits of both passes fill about
 # "programs per SM" programs on every SM.
 LAUNCH = {"greedy": (4096, 8, 16), "sampling": (1024, 4, 16)}
+_VEC = 8  # columns per tile row in the statistics pass (and the smallest tile): one rescale per 8 columns
 
 
 def verify_triton(
@@ -55,7 +58,7 @@ def verify_triton(
         seed: int64 ``[1]`` Philox key on the logits' device (sampling), from
             :func:`flashspec_hf.kernels.philox.draw_seed`; the kernel draws what
             :func:`~flashspec_hf.kernels.philox.philox_noise` returns for it.
-        block_size: vocabulary tile per loop iteration (a power of two); default from :data:`LAUNCH`.
+        block_size: vocabulary tile per loop iteration (a power of two, at least 8); default from :data:`LAUNCH`.
         num_splits: vocabulary chunks per logits row in the statistics pass (``B·(γ+1)`` rows); default fills the
             device (:data:`LAUNCH`'s programs per SM).
         sample_splits: vocabulary chunks per batch row in the sampling race (``B`` rows); default fills the device
@@ -70,8 +73,9 @@ def verify_triton(
         ValueError: on shape or vocabulary mismatches between the arguments, or launch parameters out of range.
     """
     if any(n is not None and n < 1 for n in (num_splits, sample_splits, num_warps)) or (
-            block_size is not None and (block_size < 1 or block_size & (block_size - 1))):
-        raise ValueError(f"num_splits, sample_splits and num_warps must be >= 1 and block_size a power of two, got "
+            block_size is not None and (block_size < _VEC or block_size & (block_size - 1))):
+        raise ValueError(f"num_splits, sample_splits and num_warps must be >= 1 and block_size a power of two >= "
+                         f"{_VEC}, got "
                          f"{num_splits}, {sample_splits}, {num_warps}, {block_size}")
     batch_size, positions, vocab_size = target_logits.shape
     gamma = positions - 1
@@ -96,7 +100,8 @@ def verify_triton(
     t_max = torch.empty(rows, num_splits, dtype=torch.float32, device=device)  # [B*(γ+1), NSPLIT]
     t_aux = torch.empty(rows, num_splits, dtype=torch.float32 if not greedy else torch.int32, device=device)
     _vocab_stats_kernel[(rows, num_splits)](
-        target_logits, t_max, t_aux, positions, vocab_size, *target_logits.stride()[:2], chunk, GREEDY=greedy, **meta
+        target_logits, t_max, t_aux, positions, vocab_size, *target_logits.stride()[:2], chunk, VEC=_VEC,
+        GREEDY=greedy, **meta,
     )
     gamma_block = triton.next_power_of_2(positions)
     split_block = triton.next_power_of_2(num_splits)
@@ -107,7 +112,8 @@ def verify_triton(
         d_max = torch.empty(batch_size * gamma, num_splits, dtype=torch.float32, device=device)  # [B*γ, NSPLIT]
         d_sum = torch.empty_like(d_max)
         _vocab_stats_kernel[(batch_size * gamma, num_splits)](
-            draft_logits, d_max, d_sum, gamma, vocab_size, *draft_logits.stride()[:2], chunk, GREEDY=False, **meta
+            draft_logits, d_max, d_sum, gamma, vocab_size, *draft_logits.stride()[:2], chunk, VEC=_VEC, GREEDY=False,
+            **meta,
         )
         # per chunk, the race winner over the residual and over p (fallback when the residual is empty)
         race_splits, race_chunk = _split(
@@ -165,35 +171,40 @@ def _vocab_stats_kernel(
     chunk,
     NSPLIT: tl.constexpr,
     BLOCK: tl.constexpr,
+    VEC: tl.constexpr,  # columns per tile row: the sampling pass rescales its running sum once per VEC columns
     GREEDY: tl.constexpr,
 ):
     row = tl.program_id(0)
     split = tl.program_id(1)
     base = logits_ptr + (row // P).to(tl.int64) * stride_b + (row % P) * stride_p
     start = split * chunk
-    lanes = tl.arange(0, BLOCK)
-    best = tl.full([BLOCK], float("-inf"), tl.float32)  # per-lane running max
-    aux = tl.zeros([BLOCK], tl.float32)  # per-lane running sum of exp(x - best)
-    best_idx = start + lanes  # per-lane running argmax
+    lanes = tl.arange(0, BLOCK // VEC)[:, None] * VEC + tl.arange(0, VEC)[None, :]  # [BLOCK/VEC, VEC] column in a tile
+    best = tl.full([BLOCK // VEC, VEC], float("-inf"), tl.float32)  # greedy: running max per column slot
+    best_idx = start + lanes  # greedy: its column
+    row_max = tl.full([BLOCK // VEC], float("-inf"), tl.float32)  # sampling: running max per tile row
+    row_sum = tl.zeros([BLOCK // VEC], tl.float32)  # sampling: running sum of exp(x - row_max)
     for off in range(start, start + chunk, BLOCK):
         cols = off + lanes
-        x = tl.load(base + cols, mask=cols < V, other=float("-inf")).to(tl.float32)
+        x = tl.load(base + cols, mask=cols < V, other=float("-inf")).to(tl.float32)  # [BLOCK/VEC, VEC]
         if GREEDY:
             better = x > best  # strict: the earliest column wins ties, as torch.argmax
             best_idx = tl.where(better, cols, best_idx)
             best = tl.where(better, x, best)
-        else:
-            new_best = tl.maximum(best, x)
-            finite = new_best > float("-inf")
-            aux = aux * tl.where(finite, tl.exp(best - new_best), 0.0) + tl.where(finite, tl.exp(x - new_best), 0.0)
-            best = new_best
-    m = tl.max(best, axis=0)
-    tl.store(max_ptr + row * NSPLIT + split, m)
+        else:  # one exp per column plus one per VEC columns (online softmax, Milakov & Gimelshein 2018)
+            new_max = tl.maximum(row_max, tl.max(x, axis=1))
+            shift = tl.where(new_max > float("-inf"), new_max, 0.0)  # an all -inf row stays at sum 0, never NaN
+            row_sum = row_sum * tl.exp(row_max - shift) + tl.sum(tl.exp(x - shift[:, None]), axis=1)
+            row_max = new_max
     if GREEDY:
-        tl.store(aux_ptr + row * NSPLIT + split, tl.min(tl.where(best == m, best_idx, _BIG_INDEX), axis=0))
+        m = tl.max(tl.max(best, axis=1), axis=0)
+        tl.store(max_ptr + row * NSPLIT + split, m)
+        first = tl.min(tl.min(tl.where(best == m, best_idx, _BIG_INDEX), axis=1), axis=0)
+        tl.store(aux_ptr + row * NSPLIT + split, first)
     else:
-        scale = tl.where(best > float("-inf"), tl.exp(best - m), 0.0)
-        tl.store(aux_ptr + row * NSPLIT + split, tl.sum(aux * scale, axis=0))
+        m = tl.max(row_max, axis=0)
+        tl.store(max_ptr + row * NSPLIT + split, m)
+        scale = tl.where(row_max > float("-inf"), tl.exp(row_max - m), 0.0)
+        tl.store(aux_ptr + row * NSPLIT + split, tl.sum(row_sum * scale, axis=0))
 
 
 @triton.jit
@@ -256,11 +267,11 @@ def _sample_kernel(
     d_lse_k = tl.sum(tl.where(g == k, d_lse, 0.0), axis=0)
     is_bonus = k == gamma
     draft_vocab = tl.where(is_bonus, 0, V)  # no draft row at the bonus position: q = 0
-    lanes = tl.arange(0, BLOCK)
+    lanes = tl.arange(0, BLOCK // 4)[:, None] * 4 + tl.arange(0, 4)[None, :]  # [BLOCK/4, 4]: a Philox counter per row
     start = split * chunk
-    best = tl.full([BLOCK], float("-inf"), tl.float32)  # race over the residual (p at the bonus position)
+    best = tl.full([BLOCK // 4, 4], float("-inf"), tl.float32)  # race over the residual (p at the bonus position)
     best_idx = start + lanes
-    best_p = tl.full([BLOCK], float("-inf"), tl.float32)  # race over p: used if the residual is empty
+    best_p = tl.full([BLOCK // 4, 4], float("-inf"), tl.float32)  # race over p: used if the residual is empty
     best_p_idx = start + lanes
     gumbel_offset = stream_offset_tl(b, GUMBEL_STREAM)
     for off in range(start, start + chunk, BLOCK):
@@ -269,7 +280,8 @@ def _sample_kernel(
         lq = tl.load(d_base + k * d_stride_p + cols, mask=cols < draft_vocab, other=float("-inf"))
         residual = tl.exp(lp) - tl.exp(lq.to(tl.float32) - d_lse_k)
         log_r = tl.where(is_bonus, lp, tl.where(residual > 0.0, tl.log(residual), float("-inf")))
-        gumbel = gumbel_tl(randint_tl(seed, gumbel_offset + cols))  # finite; lp = -inf outside the vocabulary
+        words = randint4_tl(seed, gumbel_offset + off // 4 + tl.arange(0, BLOCK // 4))  # column c: word c % 4
+        gumbel = gumbel_tl(words)  # finite; lp = -inf outside the vocabulary
         race = log_r + gumbel
         better = race > best
         best_idx = tl.where(better, cols, best_idx)
@@ -278,6 +290,8 @@ def _sample_kernel(
         better_p = race_p > best_p
         best_p_idx = tl.where(better_p, cols, best_p_idx)
         best_p = tl.where(better_p, race_p, best_p)
+    best, best_idx = tl.reshape(best, [BLOCK]), tl.reshape(best_idx, [BLOCK])
+    best_p, best_p_idx = tl.reshape(best_p, [BLOCK]), tl.reshape(best_p_idx, [BLOCK])
     slot = b * RSPLIT + split
     m = tl.max(best, axis=0)
     tl.store(win_val_ptr + slot, m)
