@@ -12,6 +12,7 @@
 #   4. SmolLM2-135M (once /tmp/gguf/s0, s1 and its drafts are there): stock static and default at B = 1, 8, 32, 64
 #   5. the TinyLlama-shape e2e grid: stock static, fixed and default at B = 1; static and default at TINY_BATCHES
 #   6. benchmarks/domain_bench on SmolLM2 (real prompts, B = 1, EOS on: default against every fixed arm)
+#   7. benchmarks/kernel_tune on KERNEL_TUNE_CASES (batch:vocab pairs), when set
 # Each stage logs to /tmp/gs/<stage>.log, skipped stages to /tmp/gs/pipeline.log; /tmp/gs/done marks the end.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
@@ -50,4 +51,7 @@ if [ -f "$smollm2" ]; then
   ( . benchmarks/gpu_smollm2_env.sh
     python3 -m benchmarks.domain_bench --corpus .carry/c/corpus.json.gz --num-prompts 6 --out /tmp/gs
   ) >/tmp/gs/domain_bench.log 2>&1
+fi
+if [ -n "${KERNEL_TUNE_CASES:-}" ]; then
+  python3 -m benchmarks.kernel_tune --out /tmp/gs --cases "$KERNEL_TUNE_CASES" >/tmp/gs/kernel_tune.log 2>&1
 fi
