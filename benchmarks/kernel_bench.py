@@ -1,7 +1,7 @@
 """Verification cost per speculative step: the Triton kernel (``verify_triton``), the PyTorch reference
 (``verify_greedy_reference`` / ``verify_sampling_reference``), flashspec's dispatch (``verification.verify``, which
 draws the seed or the noise itself) and stock transformers' own verification. Sampling: the kernel draws its
-uniforms and Gumbel noise in-kernel from an int64 ``[1]`` seed; the reference is given ``torch.rand`` noise.
+uniforms and race weights in-kernel from an int64 ``[1]`` seed; the reference is given ``torch.rand`` noise.
 
 Times are medians in µs (``triton.testing.do_bench``, L2 flushed between runs; on CPU a perf_counter median). They
 include the host's launch overhead, which dominates small shapes (about 100 µs a call for the kernel's 2-4 Triton

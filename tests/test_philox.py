@@ -8,10 +8,10 @@ import triton.language as tl
 from scipy import stats
 
 from flashspec_hf.kernels.philox import (
-    gumbel_tl,
-    gumbel_torch,
     philox_bits,
     philox_noise,
+    race_weight_tl,
+    race_weight_torch,
     randint4_tl,
     randint4_torch,
     randint_tl,
@@ -25,39 +25,39 @@ EDGE_WORDS = [0, 1, 2**24, 2**31 - 1, 2**31, 2**32 - 2**24, 2**32 - 129, 2**32 -
 
 
 @triton.jit
-def _draw_kernel(seed_ptr, offset_ptr, bits_ptr, uniform_ptr, gumbel_ptr, N, BLOCK: tl.constexpr):
+def _draw_kernel(seed_ptr, offset_ptr, bits_ptr, uniform_ptr, weight_ptr, N, BLOCK: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = i < N
     bits = randint_tl(tl.load(seed_ptr), tl.load(offset_ptr + i, mask=mask, other=0))
     tl.store(bits_ptr + i, bits.to(tl.int64), mask=mask)
     tl.store(uniform_ptr + i, uniform_tl(bits), mask=mask)
-    tl.store(gumbel_ptr + i, gumbel_tl(bits), mask=mask)
+    tl.store(weight_ptr + i, race_weight_tl(bits), mask=mask)
 
 
 @triton.jit
-def _convert_kernel(bits_ptr, uniform_ptr, gumbel_ptr, N, BLOCK: tl.constexpr):
+def _convert_kernel(bits_ptr, uniform_ptr, weight_ptr, N, BLOCK: tl.constexpr):
     i = tl.arange(0, BLOCK)
     bits = tl.load(bits_ptr + i, mask=i < N, other=0).to(tl.uint32)
     tl.store(uniform_ptr + i, uniform_tl(bits), mask=i < N)
-    tl.store(gumbel_ptr + i, gumbel_tl(bits), mask=i < N)
+    tl.store(weight_ptr + i, race_weight_tl(bits), mask=i < N)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2**32 + 5, 2**63 - 2])
 def test_torch_twin_draws_what_triton_draws(seed):
-    """Words equal the kernel's ``randint_tl``, uniforms bit for bit; Gumbels up to the last bits of ``log`` (numpy
-    vs torch)."""
+    """Words equal the kernel's ``randint_tl``, uniforms bit for bit; race weights up to the last bits of ``log``
+    (numpy vs torch)."""
     g = torch.Generator().manual_seed(seed % 2**32)
     offsets = torch.cat([torch.randint(2**63 - 1, (1000,), generator=g),  # any counter (lo, hi)
                          (torch.arange(24) << 32) + torch.arange(24),  # the layout's (index, 2b + stream)
                          torch.tensor([0, 2**32 - 1, 2**32, 2**63 - 1])])
     n = len(offsets)
     seed_t = torch.tensor([seed])
-    bits, uniforms, gumbels = torch.empty(n, dtype=torch.int64), torch.empty(n), torch.empty(n)
-    _draw_kernel[(triton.cdiv(n, 256),)](seed_t, offsets, bits, uniforms, gumbels, n, BLOCK=256)
+    bits, uniforms, weights = torch.empty(n, dtype=torch.int64), torch.empty(n), torch.empty(n)
+    _draw_kernel[(triton.cdiv(n, 256),)](seed_t, offsets, bits, uniforms, weights, n, BLOCK=256)
     want = randint_torch(seed_t, offsets)
     assert torch.equal(bits, want)
     assert torch.equal(uniforms, uniform_torch(want))
-    torch.testing.assert_close(gumbels, gumbel_torch(want), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(weights, race_weight_torch(want), rtol=1e-6, atol=0)
 
 
 @triton.jit
@@ -99,34 +99,36 @@ def _triton_randint_kernel(seed_ptr, offset_ptr, bits_ptr, BLOCK: tl.constexpr):
 
 
 def test_conversions_at_the_edge_words():
-    """Both implementations: U in (0, 1]; Gumbel finite and within float32 rounding of the float64 truth
-    ``-log(-log U)``, ``U = (x + 1/2) / 2^32``, in both tails (float32 ``U`` alone would give +inf at the top)."""
+    """Both implementations: U in (0, 1]; the race weight positive, finite and within float32 rounding of the
+    float64 truth ``1 / -log U``, ``U = (x + 1/2) / 2^32``, in both tails (float32 ``U`` alone would give +inf at
+    the top)."""
     words = torch.tensor(EDGE_WORDS)
     n = len(words)
-    uniforms, gumbels = torch.empty(n), torch.empty(n)
-    _convert_kernel[(1,)](words, uniforms, gumbels, n, BLOCK=16)
+    uniforms, weights = torch.empty(n), torch.empty(n)
+    _convert_kernel[(1,)](words, uniforms, weights, n, BLOCK=16)
     exact_u = (words.double() + 0.5) / 2**32  # exact in float64
-    truth = -torch.log(-torch.log(exact_u))
-    for u, g in [(uniforms, gumbels), (uniform_torch(words), gumbel_torch(words))]:
+    truth = -1.0 / torch.log(exact_u)
+    for u, w in [(uniforms, weights), (uniform_torch(words), race_weight_torch(words))]:
         assert (u > 0).all() and (u <= 1).all()
         torch.testing.assert_close(u.double(), exact_u, rtol=2**-24, atol=0)
-        assert torch.isfinite(g).all()
-        torch.testing.assert_close(g.double(), truth, rtol=1e-6, atol=1e-6)
-    assert gumbel_torch(words).max() > 22.8  # the top word reaches the far tail
+        assert torch.isfinite(w).all() and (w > 0).all()
+        torch.testing.assert_close(w.double(), truth, rtol=1e-6, atol=0)
+    assert race_weight_torch(words).max() > 8e9  # the top word reaches the far tail (E = 1.2e-10)
 
 
 def test_counter_layout_gives_every_draw_its_own_word():
-    """No two (row, position) uniforms or (row, vocabulary index) Gumbels of a step share a Philox word."""
-    uniform_bits, gumbel_bits = philox_bits(torch.tensor([11]), 16, 16, 300)
-    words = torch.cat([uniform_bits.flatten(), gumbel_bits.flatten()])
+    """No two (row, position) uniforms or (row, vocabulary index) race weights of a step share a Philox word."""
+    uniform_bits, weight_bits = philox_bits(torch.tensor([11]), 16, 16, 300)
+    words = torch.cat([uniform_bits.flatten(), weight_bits.flatten()])
     assert words.unique().numel() == words.numel()
 
 
 def test_noise_follows_its_laws():
-    uniforms, gumbels = philox_noise(torch.tensor([5]), 64, 16, 4096)
+    uniforms, weights = philox_noise(torch.tensor([5]), 64, 16, 4096)
     assert stats.kstest(uniforms.flatten().double().numpy(), "uniform").pvalue > 0.01
-    assert stats.kstest(gumbels.flatten().double().numpy(), "gumbel_r").pvalue > 0.01
-    rows = gumbels[:, :1000].double()  # adjacent rows uncorrelated
+    exponentials = 1.0 / weights.double()  # E ~ Exp(1)
+    assert stats.kstest(exponentials.flatten().numpy(), "expon").pvalue > 0.01
+    rows = exponentials[:, :1000]  # adjacent rows uncorrelated
     assert abs(torch.corrcoef(rows[:2])[0, 1]) < 0.15
 
 

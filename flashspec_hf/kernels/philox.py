@@ -7,20 +7,21 @@ Philox there), :func:`randint4_tl` all four. The seed is an int64 ``[1]`` tensor
 logits' device (:func:`draw_seed`), so ``torch.manual_seed`` makes runs repeatable, nothing is read back to the host
 and the draw is CUDA-graph capturable.
 
-Counter layout (:func:`stream_offset_tl` + index): row ``b`` draws the Gumbel noise of vocabulary index ``v`` from
+Counter layout (:func:`stream_offset_tl` + index): row ``b`` draws the race weight of vocabulary index ``v`` from
 word ``v mod 4`` of counter ``(v div 4, 2b, 0, 0)`` (one Philox evaluation per four columns) and the acceptance
 uniform of draft position ``i`` from the first word at ``(i, 2b + 1, 0, 0)``: no two draws of one step share a word
-(``B < 2^31``). The Gumbels serve the Gumbel-max trick: ``argmax_v(log r_v + g_v)`` is a sample of ``r / sum(r)``;
-one row of ``V`` suffices per step, as each row samples one recovered or bonus token.
+(``B < 2^31``). The weights serve the exponential race: with ``E_v`` i.i.d. ``Exp(1)``, ``argmax_v r_v / E_v`` is a
+sample of ``r / sum(r)`` (the Gumbel-max trick without its logarithms: ``-log E_v`` is Gumbel noise); one row of
+``V`` suffices per step, as each row samples one recovered or bonus token.
 
 Each 32-bit word ``x`` becomes ``U = (x + 1/2) / 2^32``, rounded to float32 (in ``(0, 1]``, never 0, so its log is
-finite), and the Gumbel noise is ``-log(E)`` with ``E = -log U ~ Exp(1)`` computed from the word's complement
-``1 - U = (~x + 1/2) / 2^32`` when ``U > 1/2``: float32 cannot hold ``U`` near 1, where the Gumbel tail (the
-winners of a race over a large vocabulary) lives. ``E`` lies in ``[1.2e-10, 22.9]``, so the noise is always finite.
+finite), and the race weight is ``1 / E`` with ``E = -log U ~ Exp(1)``, computed from the word's complement
+``1 - U = (~x + 1/2) / 2^32`` when ``U > 1/2``: float32 cannot hold ``U`` near 1, where the race's winners over a
+large vocabulary (small ``E``) live. ``E`` lies in ``[1.2e-10, 22.9]``, so the weight is positive and finite.
 
 The ``*_tl`` functions run inside the kernel; their ``*_torch`` twins and :func:`philox_noise` repeat the same integer
 and float32 arithmetic on int64 tensors holding uint32 values: the oracle the kernel is tested against (equal words
-and uniforms; Gumbels equal up to the last bit or two of ``log``, whose implementations differ).
+and uniforms; weights equal up to the last bit or two of ``log``, whose implementations differ).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import torch
 import triton
 import triton.language as tl
 
-GUMBEL_STREAM, UNIFORM_STREAM = tl.constexpr(0), tl.constexpr(1)  # counter high word 2b + stream
+RACE_STREAM, UNIFORM_STREAM = tl.constexpr(0), tl.constexpr(1)  # counter high word 2b + stream
 _TWO_POW_MINUS_32 = tl.constexpr(2.3283064365386963e-10)  # 2^-32, exact in float32
 _M32 = 0xFFFFFFFF
 _ROUND_A, _ROUND_B = 0xD2511F53, 0xCD9E8D57  # Philox 4x32 multipliers
@@ -78,31 +79,32 @@ def uniform_tl(bits):
 
 
 @triton.jit
-def gumbel_tl(bits):
-    """uint32 Philox word -> float32 standard Gumbel ``-log(-log U)``, accurate in both tails."""
+def race_weight_tl(bits):
+    """uint32 Philox word -> float32 race weight ``1 / E``, ``E = -log U ~ Exp(1)``, accurate in both tails."""
     u = uniform_tl(bits)
-    w = uniform_tl(~bits)  # 1 - U
-    y = 1.0 - w
+    c = uniform_tl(~bits)  # 1 - U
+    y = 1.0 - c
     d = y - 1.0  # exact
     low = u <= 0.5
     log_v = tl.log(tl.where(low, u, y))  # one log serves both tails
-    # -log(1 - w) = log(y) * w / (y - 1) (Kahan's log1p), = w where y rounds to 1
-    e_hi = tl.where(d == 0.0, w, tl.div_rn(log_v * w, tl.where(d == 0.0, 1.0, d)))
-    return -tl.log(tl.where(low, -log_v, e_hi))
+    # E = -log_v below 1/2; above, -log(1 - c) = log(y) * c / (y - 1) (Kahan's log1p), = c where y rounds to 1
+    num = tl.where(low, -1.0, tl.where(d == 0.0, 1.0, d))
+    den = tl.where(low, log_v, tl.where(d == 0.0, c, log_v * c))
+    return tl.div_rn(num, den)
 
 
 def philox_noise(seed: torch.Tensor, batch_size: int, gamma: int, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """What the kernel draws for ``seed``, in PyTorch: ``uniforms`` and ``gumbels`` for ``verify_sampling_reference``.
+    """What the kernel draws for ``seed``, in PyTorch: ``uniforms`` and ``weights`` for ``verify_sampling_reference``.
 
     Args:
         seed: int64 ``[1]`` (any device), as from :func:`draw_seed`.
         batch_size, gamma, vocab_size: ``B``, ``γ`` and ``V``.
 
     Returns:
-        uniforms: float32 ``[B, γ]`` in ``(0, 1]``; gumbels: float32 ``[B, V]``, finite.
+        uniforms: float32 ``[B, γ]`` in ``(0, 1]``; weights: float32 ``[B, V]``, positive and finite.
     """
-    uniform_bits, gumbel_bits = philox_bits(seed, batch_size, gamma, vocab_size)
-    return uniform_torch(uniform_bits), gumbel_torch(gumbel_bits)
+    uniform_bits, weight_bits = philox_bits(seed, batch_size, gamma, vocab_size)
+    return uniform_torch(uniform_bits), race_weight_torch(weight_bits)
 
 
 def philox_bits(seed: torch.Tensor, batch_size: int, gamma: int, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,7 +113,7 @@ def philox_bits(seed: torch.Tensor, batch_size: int, gamma: int, vocab_size: int
     positions = torch.arange(gamma, device=seed.device)  # [γ]
     counters = torch.arange((vocab_size + 3) // 4, device=seed.device)  # [ceil(V / 4)]: four vocabulary words each
     uniform_bits = randint_torch(seed, stream_offset_torch(rows, UNIFORM_STREAM) + positions)  # [B, γ]
-    words = randint4_torch(seed, stream_offset_torch(rows, GUMBEL_STREAM) + counters)  # [B, ceil(V / 4), 4]
+    words = randint4_torch(seed, stream_offset_torch(rows, RACE_STREAM) + counters)  # [B, ceil(V / 4), 4]
     return uniform_bits, words.flatten(1)[:, :vocab_size]  # [B, V]: index v is word v % 4 of counter v // 4
 
 
@@ -149,12 +151,13 @@ def uniform_torch(bits: torch.Tensor) -> torch.Tensor:
     return (bits.to(torch.float32) + 0.5) * _TWO_POW_MINUS_32.value
 
 
-def gumbel_torch(bits: torch.Tensor) -> torch.Tensor:
-    """:func:`gumbel_tl` on uint32 values held in int64, the same float32 operations in the same order."""
-    u, w = uniform_torch(bits), uniform_torch(bits ^ _M32)
-    y = 1.0 - w
+def race_weight_torch(bits: torch.Tensor) -> torch.Tensor:
+    """:func:`race_weight_tl` on uint32 values held in int64, the same float32 operations in the same order."""
+    u, c = uniform_torch(bits), uniform_torch(bits ^ _M32)
+    y = 1.0 - c
     d = y - 1.0
     low = u <= 0.5
     log_v = torch.log(torch.where(low, u, y))
-    e_hi = torch.where(d == 0.0, w, log_v * w / torch.where(d == 0.0, 1.0, d))
-    return -torch.log(torch.where(low, -log_v, e_hi))
+    num = torch.where(low, -1.0, torch.where(d == 0.0, 1.0, d))
+    den = torch.where(low, log_v, torch.where(d == 0.0, c, log_v * c))
+    return num / den

@@ -13,9 +13,10 @@ Vocabulary (one speculative step of one row, γ = ``num_assistant_tokens``):
 
 Algorithm: speculative sampling, Leviathan et al. 2023 ("Fast Inference from Transformers via Speculative
 Decoding", Algorithm 1) and Chen et al. 2023; acceptance ``u <= p(x) / q(x)`` tested in log space. Sampling uses
-the Gumbel-max trick (``argmax(log r + g)``, ``g ~ Gumbel(0, 1)``), which samples from ``r`` without normalising.
+the exponential race (``argmax(r · w)``, ``w = 1 / E``, ``E ~ Exp(1)``: the Gumbel-max trick without logarithms,
+as ``-log E`` is Gumbel noise), which samples from ``r`` without normalising.
 
-Randomness is an input (uniforms ``[B, γ]``, Gumbels ``[B, V]``), so the reference is a deterministic function of
+Randomness is an input (uniforms ``[B, γ]``, race weights ``[B, V]``), so the reference is a deterministic function of
 its arguments: the CPU path feeds it :func:`draw_noise` (``torch.rand``); the tests feed it
 :func:`flashspec_hf.kernels.philox.philox_noise`, exactly what the Triton kernel draws in-kernel for a seed, and
 compare the two bit for bit.
@@ -38,14 +39,14 @@ def draw_noise(batch_size: int, gamma: int, vocab_size: int, device: torch.devic
     Returns:
         uniforms: float32 ``[B, γ]`` in ``(0, 1]`` (never 0: float32 ``torch.rand`` can return exactly 0,
             pytorch issue #16706), one acceptance test per draft token.
-        gumbels: float32 ``[B, V]``, standard Gumbel noise ``-log(-log U)`` with ``U`` in ``[0, 1)``; ``U = 0``
-            gives ``-inf`` (that entry never wins). One row suffices: each row samples exactly one token
-            (recovered or bonus) per step.
+        weights: float32 ``[B, V]``, race weights ``1 / E`` with ``E = -log U ~ Exp(1)``, ``U`` in ``[0, 1)``: finite
+            (at most ``9e15``), and 0 for ``U = 0`` (that entry never wins). One row suffices: each row samples
+            exactly one token (recovered or bonus) per step.
     """
     uniforms = (1.0 - torch.rand(batch_size, gamma, dtype=torch.float64, device=device)).float()  # [B, γ]
     u = torch.rand(batch_size, vocab_size, dtype=torch.float64, device=device)  # [B, V]
-    gumbels = (-torch.log(-torch.log(u))).float()  # [B, V]
-    return uniforms, gumbels
+    weights = (-1.0 / torch.log(u)).float()  # [B, V]
+    return uniforms, weights
 
 
 def verify_greedy_reference(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -70,12 +71,12 @@ def verify_sampling_reference(
     draft_tokens: torch.Tensor,
     draft_logits: torch.Tensor,
     uniforms: torch.Tensor,
-    gumbels: torch.Tensor,
+    weights: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Speculative sampling: output tokens distributed exactly as sampling from the target alone.
 
-    The vocabulary-wide work (residual, its logarithm, the Gumbel-max draw) is done for one position per row, the
-    one its recovered or bonus token comes from, as the kernel does.
+    The vocabulary-wide work (residual, the exponential race) is done for one position per row, the one its
+    recovered or bonus token comes from, as the kernel does.
 
     Args:
         target_logits: ``[B, γ + 1, V]`` processed target logits (``p = softmax``; temperature, top-k, top-p
@@ -83,7 +84,8 @@ def verify_sampling_reference(
         draft_tokens: int64 ``[B, γ]``, sampled from ``softmax(draft_logits)``.
         draft_logits: ``[B, γ, V]`` processed draft logits (``q``), same vocabulary as the target.
         uniforms: float32 ``[B, γ]`` in ``(0, 1]``; token ``i`` is accepted iff ``u_i <= p_i(x_i) / q_i(x_i)``.
-        gumbels: float32 ``[B, V]`` Gumbel noise for the one recovered or bonus token of each row.
+        weights: float32 ``[B, V]`` race weights ``1 / E``, ``E ~ Exp(1)``, for the one recovered or bonus token of
+            each row (:func:`draw_noise`).
 
     Returns:
         output_tokens: int64 ``[B, γ + 1]``; num_accepted: int64 ``[B]`` (see module docstring).
@@ -97,15 +99,15 @@ def verify_sampling_reference(
     # the one distribution each row samples from: the residual max(0, p - q) at its first rejection k < γ, or p
     # itself for the bonus token (k = γ)
     at = num_accepted.view(-1, 1, 1).expand(-1, 1, log_p.shape[-1])  # [B, 1, V]
-    log_p_k = log_p.gather(1, at)[:, 0]  # [B, V]
-    log_r = log_p_k
+    p_k = log_p.gather(1, at)[:, 0].exp()  # [B, V]
+    r = p_k
     if gamma:  # (γ = 0: the plain-decoding arm, every row takes its bonus token)
-        log_q_k = log_q.gather(1, at.clamp(max=gamma - 1))[:, 0]  # [B, V] (unused at the bonus position)
-        residual = (log_p_k.exp() - log_q_k.exp()).clamp_min(0.0)  # [B, V]
-        log_r = torch.where((num_accepted == gamma).unsqueeze(1), log_p_k, residual.log())  # [B, V]
+        q_k = log_q.gather(1, at.clamp(max=gamma - 1))[:, 0].exp()  # [B, V] (unused at the bonus position)
+        r = torch.where((num_accepted == gamma).unsqueeze(1), p_k, (p_k - q_k).clamp_min(0.0))  # [B, V]
+    race = r * weights  # [B, V]
     # p = q up to rounding leaves no residual mass (a rejection then has probability ~1e-7): sample from p
-    log_r = torch.where(torch.isinf(log_r).all(dim=-1, keepdim=True), log_p_k, log_r)
-    return _assemble(draft_tokens, num_accepted, (log_r + gumbels).argmax(dim=-1))
+    race = torch.where((race > 0).any(dim=-1, keepdim=True), race, p_k * weights)
+    return _assemble(draft_tokens, num_accepted, race.argmax(dim=-1))
 
 
 def _leading(accepted: torch.Tensor) -> torch.Tensor:

@@ -11,8 +11,9 @@ bit for bit on accepted counts and tokens). Three launches, none of which reads 
 2. :func:`_sample_kernel` (sampling only), grid ``(B, RSPLIT)``, its own vocabulary split (``B`` rows, not
    ``B·(γ+1)``, must fill the device): combines the partial log-sum-exps, tests
    ``log u_i <= log p_i(x_i) - log q_i(x_i)`` for every draft token, finds the first rejection ``k`` and streams
-   its chunk of position ``k`` for the Gumbel-max race ``argmax(log r + g)`` over ``r = max(0, p_k - q_k)`` (or
-   ``p_{γ+1}``). The uniforms ``u`` and the Gumbel noise ``g`` are drawn right there, from a counter-based Philox
+   its chunk of position ``k`` for the exponential race ``argmax(r · w)`` over ``r = max(0, p_k - q_k)`` (or
+   ``p_{γ+1}``), ``w = 1 / E``, ``E ~ Exp(1)``. The uniforms ``u`` and the weights ``w`` are drawn right there,
+   from a counter-based Philox
    keyed by a seed tensor (:mod:`flashspec_hf.kernels.philox`; one Philox evaluation per four columns): no
    ``[B, V]`` noise tensor exists.
 3. :func:`_finalize_kernel`, grid ``(B,)``: reduces the per-chunk winners and writes the output row.
@@ -26,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .philox import GUMBEL_STREAM, UNIFORM_STREAM, gumbel_tl, randint4_tl, randint_tl, stream_offset_tl, uniform_tl
+from .philox import RACE_STREAM, UNIFORM_STREAM, race_weight_tl, randint4_tl, randint_tl, stream_offset_tl, uniform_tl
 from .reference import PLACEHOLDER_TOKEN_ID
 
 _BIG_INDEX = tl.constexpr(2**31 - 1)  # larger than any vocabulary index: loses every min()
@@ -230,7 +231,7 @@ def _sample_kernel(
     t_sum_ptr,  # [B*(γ+1), NSPLIT]
     d_max_ptr,  # [B*γ, NSPLIT]
     d_sum_ptr,  # [B*γ, NSPLIT]
-    win_val_ptr,  # [2, B, RSPLIT] float32 best race value per chunk: over the residual, over p
+    win_val_ptr,  # [2, B, RSPLIT] float32 best race value per chunk (0: none): over the residual, over p
     win_idx_ptr,  # [2, B, RSPLIT] int32 its column
     num_accepted_ptr,  # [B] int64
     gamma,
@@ -269,24 +270,22 @@ def _sample_kernel(
     draft_vocab = tl.where(is_bonus, 0, V)  # no draft row at the bonus position: q = 0
     lanes = tl.arange(0, BLOCK // 4)[:, None] * 4 + tl.arange(0, 4)[None, :]  # [BLOCK/4, 4]: a Philox counter per row
     start = split * chunk
-    best = tl.full([BLOCK // 4, 4], float("-inf"), tl.float32)  # race over the residual (p at the bonus position)
+    best = tl.zeros([BLOCK // 4, 4], tl.float32)  # race over the residual (p at the bonus position); 0 = no entry
     best_idx = start + lanes
-    best_p = tl.full([BLOCK // 4, 4], float("-inf"), tl.float32)  # race over p: used if the residual is empty
+    best_p = tl.zeros([BLOCK // 4, 4], tl.float32)  # race over p: used if the residual is empty
     best_p_idx = start + lanes
-    gumbel_offset = stream_offset_tl(b, GUMBEL_STREAM)
+    race_offset = stream_offset_tl(b, RACE_STREAM)
     for off in range(start, start + chunk, BLOCK):
         cols = off + lanes
-        lp = tl.load(t_base + k * t_stride_p + cols, mask=cols < V, other=float("-inf")).to(tl.float32) - t_lse_k
+        p = tl.exp(tl.load(t_base + k * t_stride_p + cols, mask=cols < V, other=float("-inf")).to(tl.float32) - t_lse_k)
         lq = tl.load(d_base + k * d_stride_p + cols, mask=cols < draft_vocab, other=float("-inf"))
-        residual = tl.exp(lp) - tl.exp(lq.to(tl.float32) - d_lse_k)
-        log_r = tl.where(is_bonus, lp, tl.where(residual > 0.0, tl.log(residual), float("-inf")))
-        words = randint4_tl(seed, gumbel_offset + off // 4 + tl.arange(0, BLOCK // 4))  # column c: word c % 4
-        gumbel = gumbel_tl(words)  # finite; lp = -inf outside the vocabulary
-        race = log_r + gumbel
+        r = tl.where(is_bonus, p, tl.maximum(p - tl.exp(lq.to(tl.float32) - d_lse_k), 0.0))
+        weight = race_weight_tl(randint4_tl(seed, race_offset + off // 4 + tl.arange(0, BLOCK // 4)))  # c: word c % 4
+        race = r * weight  # 0 outside the vocabulary
         better = race > best
         best_idx = tl.where(better, cols, best_idx)
         best = tl.where(better, race, best)
-        race_p = lp + gumbel
+        race_p = p * weight
         better_p = race_p > best_p
         best_p_idx = tl.where(better_p, cols, best_p_idx)
         best_p = tl.where(better_p, race_p, best_p)
@@ -336,12 +335,12 @@ def _finalize_kernel(
         extra = tl.sum(tl.where(g == k, argmax, 0), axis=0)
         tl.store(num_accepted_ptr + b, k.to(tl.int64))
     else:
-        pv = tl.load(win_val_ptr + b * NSPLIT + s, mask=s < NSPLIT, other=float("-inf"))
+        pv = tl.load(win_val_ptr + b * NSPLIT + s, mask=s < NSPLIT, other=0.0)
         pi = tl.load(win_idx_ptr + b * NSPLIT + s, mask=s < NSPLIT, other=_BIG_INDEX)
-        pv_p = tl.load(win_val_ptr + (B + b) * NSPLIT + s, mask=s < NSPLIT, other=float("-inf"))
+        pv_p = tl.load(win_val_ptr + (B + b) * NSPLIT + s, mask=s < NSPLIT, other=0.0)
         pi_p = tl.load(win_idx_ptr + (B + b) * NSPLIT + s, mask=s < NSPLIT, other=_BIG_INDEX)
         m = tl.max(pv, axis=0)
-        residual_empty = m == float("-inf")
+        residual_empty = m == 0.0
         pv = tl.where(residual_empty, pv_p, pv)
         pi = tl.where(residual_empty, pi_p, pi)
         extra = tl.min(tl.where(pv == tl.max(pv, axis=0), pi, _BIG_INDEX), axis=0).to(tl.int64)
