@@ -5,8 +5,8 @@ uniforms and race weights in-kernel from an int64 ``[1]`` seed; the reference is
 
 Times are medians in µs (``triton.testing.do_bench``, L2 flushed between runs; on CPU a perf_counter median). They
 include the host's launch overhead, which dominates small shapes (about 100 µs a call for the kernel's 2-4 Triton
-launches on the H200 host); ``triton_graph`` replays the kernel from a CUDA graph
-(``triton.testing.do_bench_cudagraph``), as the static loop does: device time only.
+launches on the H200 host); ``triton_graph`` and ``verify_graph`` replay the kernel (and the dispatch) from a
+CUDA graph (``triton.testing.do_bench_cudagraph``), as the static loop does: device time only.
 ``floor_us`` is the time to read the logits once at the measured device-to-device copy bandwidth: target
 ``[B, γ+1, V]`` (+ draft ``[B, γ, V]`` when sampling) in the given dtype; ``ratio_to_floor = us / floor_us``.
 
@@ -115,6 +115,7 @@ def providers(mode, target, tokens, draft, noise):
             "triton_graph": (lambda: verify_triton(target, tokens), graphed),
             "torch": (lambda: verify_greedy_reference(target, tokens), ""),
             "verify": (lambda: verify(target, tokens, None), "flashspec dispatch"),
+            "verify_graph": (lambda: verify(target, tokens, None), graphed),
             "stock": (lambda: stock_greedy(target, tokens), loop),
         }
     seed, u, g = noise  # [1], [B, γ], [B, V]
@@ -124,6 +125,7 @@ def providers(mode, target, tokens, draft, noise):
         "triton_graph": (lambda: verify_triton(target, tokens, draft, seed), graphed),
         "torch": (lambda: verify_sampling_reference(target, tokens, draft, u, g), "noise drawn outside"),
         "verify": (lambda: verify(target, tokens, draft), "flashspec dispatch, draws seed (noise on torch)"),
+        "verify_graph": (lambda: verify(target, tokens, draft), graphed),
         "stock": (lambda: stock_sampling(target, tokens, draft_f32), loop),
     }
 
