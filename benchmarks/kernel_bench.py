@@ -118,12 +118,12 @@ def providers(mode, target, tokens, draft, noise):
             "verify_graph": (lambda: verify(target, tokens, None), graphed),
             "stock": (lambda: stock_greedy(target, tokens), loop),
         }
-    seed, u, g = noise  # [1], [B, γ], [B, V]
+    seed, u, w = noise  # [1], [B, γ], [B, V]
     draft_f32 = draft.float()  # [B, γ, V]
     return {
         "triton": (lambda: verify_triton(target, tokens, draft, seed), "seed drawn outside, noise in-kernel"),
         "triton_graph": (lambda: verify_triton(target, tokens, draft, seed), graphed),
-        "torch": (lambda: verify_sampling_reference(target, tokens, draft, u, g), "noise drawn outside"),
+        "torch": (lambda: verify_sampling_reference(target, tokens, draft, u, w), "noise drawn outside"),
         "verify": (lambda: verify(target, tokens, draft), "flashspec dispatch, draws seed (noise on torch)"),
         "verify_graph": (lambda: verify(target, tokens, draft), graphed),
         "stock": (lambda: stock_sampling(target, tokens, draft_f32), loop),

@@ -66,7 +66,7 @@ def test_greedy_kernel_matches_reference(batch, gamma, vocab, dtype, seed, accep
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_greedy_ties_pick_the_first_index_like_torch_argmax(dtype):
     target = torch.zeros(2, 3, 257, dtype=dtype)
-    target[:, :, [5, 77, 200]] = 1.0  # three-way ties, in different vocabulary chunks
+    target[:, :, [5, 37, 77, 200]] = 1.0  # ties in one tile slot (5, 37: tiles of 32) and across vocabulary chunks
     tokens = torch.tensor([[5, 5], [77, 5]])
     out, n = verify_triton(target, tokens, block_size=32, num_splits=4)
     assert n.tolist() == [2, 0]
@@ -142,7 +142,7 @@ def test_reference_joint_distribution_chi_square(sampler, passes):
     torch.manual_seed(1234)
     vocab, samples = 6, 20_000
     p_logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, float("-inf")])
-    q_logits = torch.tensor([0.0, 1.5, 0.5, 1.0, 0.0, 0.5])  # puts mass where p has none
+    q_logits = torch.tensor([0.5, 0.0, 0.0, 1.0, 0.5, 0.5])  # mass where p has none; residual over tokens 0, 1, 2
     target = p_logits.expand(1, 3, vocab)
     draft = q_logits.expand(1, 2, vocab)
     counts = _joint_counts(sampler, target, draft, samples)
@@ -152,6 +152,26 @@ def test_reference_joint_distribution_chi_square(sampler, passes):
     assert counts[~keep].sum() == 0 or not passes
     stat = chisquare(counts[keep].double().numpy(), expected[keep].numpy() * counts[keep].sum().item() / expected[keep].sum().item())
     assert (stat.pvalue > 0.01) == passes
+
+
+RACE_R = torch.tensor([0.45, 0.25, 0.15, 0.1, 0.05, 0.0])  # unnormalised r; the last entry can never win
+
+
+@pytest.mark.parametrize("noise, inverted", [("torch", False), ("philox", False), ("philox", True)])
+def test_the_race_samples_r_normalised(noise, inverted):
+    """``argmax(r · w)`` over 20,000 rows of race weights (the CPU path's and the kernel's Philox twin's) follows
+    ``r / sum(r)`` (chi-square, α = 0.01); ``r / w``, a race with its weights inverted, must fail the same gate."""
+    rows = 20_000
+    if noise == "torch":
+        torch.manual_seed(99)
+        _, weights = draw_noise(rows, 1, len(RACE_R), torch.device("cpu"))  # [N, 6]
+    else:
+        _, weights = philox_noise(torch.tensor([99]), rows, 1, len(RACE_R))  # [N, 6]
+    race = RACE_R / weights if inverted else RACE_R * weights
+    counts = torch.bincount(race.argmax(dim=-1), minlength=len(RACE_R))
+    assert counts[-1] == 0
+    p_value = chisquare(counts[:-1].double().numpy(), (RACE_R[:-1].double() * rows).numpy()).pvalue
+    assert (p_value > 0.01) != inverted
 
 
 # logits, and how far p(8) sits below q(8), for which each implementation's own float32 rounding leaves
@@ -183,7 +203,8 @@ def test_empty_residual_falls_back_to_p(verify, race_splits):
     assert n.item() == 0 and 7 <= out[0, 0].item() < 10
 
 
-@pytest.mark.parametrize("launch", [dict(num_splits=0), dict(sample_splits=-1), dict(num_warps=0), dict(block_size=24)])
+@pytest.mark.parametrize("launch", [dict(num_splits=0), dict(sample_splits=-1), dict(num_warps=0), dict(block_size=24),
+                                    dict(block_size=4)])
 def test_launch_parameters_out_of_range_are_refused(launch):
     target, draft, _ = _case(1, 2, 64, torch.float32, 0, 0.5)
     with pytest.raises(ValueError, match="power of two"):

@@ -14,7 +14,8 @@ Vocabulary (one speculative step of one row, γ = ``num_assistant_tokens``):
 Algorithm: speculative sampling, Leviathan et al. 2023 ("Fast Inference from Transformers via Speculative
 Decoding", Algorithm 1) and Chen et al. 2023; acceptance ``u <= p(x) / q(x)`` tested in log space. Sampling uses
 the exponential race (``argmax(r · w)``, ``w = 1 / E``, ``E ~ Exp(1)``: the Gumbel-max trick without logarithms,
-as ``-log E`` is Gumbel noise), which samples from ``r`` without normalising.
+as ``-log E`` is Gumbel noise), which samples from ``r`` without normalising. An entry whose ``r · w`` underflows
+float32 (``r`` below about 1e-38) never wins: at most ``V · 1e-38`` of probability.
 
 Randomness is an input (uniforms ``[B, γ]``, race weights ``[B, V]``), so the reference is a deterministic function of
 its arguments: the CPU path feeds it :func:`draw_noise` (``torch.rand``); the tests feed it
@@ -105,7 +106,8 @@ def verify_sampling_reference(
         q_k = log_q.gather(1, at.clamp(max=gamma - 1))[:, 0].exp()  # [B, V] (unused at the bonus position)
         r = torch.where((num_accepted == gamma).unsqueeze(1), p_k, (p_k - q_k).clamp_min(0.0))  # [B, V]
     race = r * weights  # [B, V]
-    # p = q up to rounding leaves no residual mass (a rejection then has probability ~1e-7): sample from p
+    # p = q up to rounding leaves no residual mass (a rejection then has probability ~1e-7), or every positive
+    # r · w underflowed (r below ~1e-38) or met a zero weight (U = 0, probability 2^-53): sample from p
     race = torch.where((race > 0).any(dim=-1, keepdim=True), race, p_k * weights)
     return _assemble(draft_tokens, num_accepted, race.argmax(dim=-1))
 

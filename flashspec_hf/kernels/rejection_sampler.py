@@ -175,6 +175,7 @@ def _vocab_stats_kernel(
     VEC: tl.constexpr,  # columns per tile row: the sampling pass rescales its running sum once per VEC columns
     GREEDY: tl.constexpr,
 ):
+    tl.static_assert(BLOCK % VEC == 0)
     row = tl.program_id(0)
     split = tl.program_id(1)
     base = logits_ptr + (row // P).to(tl.int64) * stride_b + (row % P) * stride_p
@@ -248,6 +249,7 @@ def _sample_kernel(
     SPLIT_BLOCK: tl.constexpr,
     RSPLIT: tl.constexpr,  # chunks of this race (program_id(1) < RSPLIT)
 ):
+    tl.static_assert(BLOCK % 4 == 0)  # four columns per Philox counter
     b = tl.program_id(0)
     split = tl.program_id(1)
     g = tl.arange(0, GAMMA_BLOCK)  # position
