@@ -34,7 +34,8 @@ def loop_counts(kernel, dtype: str, constexprs: dict, warps: int) -> dict:
     body = [line.strip() for line in ptx[start:end]]
     body = [line for line in body if line and not line.startswith((".loc", "$L", "//", "{", "}"))]
     columns = constexprs["BLOCK"] // (32 * warps)
-    counts = {"instructions": len(body)} | {op: sum(op in line for line in body) for op in ("mul.hi", "fma", "ex2", "div.rn")}
+    ops = ("mul.hi", "fma", "ex2", "div.rn")
+    counts = {"instructions": len(body)} | {op: sum(op in line for line in body) for op in ops}
     return {op: round(n / columns, 1) for op, n in counts.items()}
 
 
