@@ -13,9 +13,8 @@ bit for bit on accepted counts and tokens). Three launches, none of which reads 
    ``log u_i <= log p_i(x_i) - log q_i(x_i)`` for every draft token, finds the first rejection ``k`` and streams
    its chunk of position ``k`` for the exponential race ``argmax(r · w)`` over ``r = max(0, p_k - q_k)`` (or
    ``p_{γ+1}``), ``w = 1 / E``, ``E ~ Exp(1)``. The uniforms ``u`` and the weights ``w`` are drawn right there,
-   from a counter-based Philox
-   keyed by a seed tensor (:mod:`flashspec_hf.kernels.philox`; one Philox evaluation per four columns): no
-   ``[B, V]`` noise tensor exists.
+   from a counter-based Philox keyed by a seed tensor (:mod:`flashspec_hf.kernels.philox`; one Philox evaluation
+   per four columns): no ``[B, V]`` noise tensor exists.
 3. :func:`_finalize_kernel`, grid ``(B,)``: reduces the per-chunk winners and writes the output row.
 """
 
@@ -76,8 +75,7 @@ def verify_triton(
     if any(n is not None and n < 1 for n in (num_splits, sample_splits, num_warps)) or (
             block_size is not None and (block_size < _VEC or block_size & (block_size - 1))):
         raise ValueError(f"num_splits, sample_splits and num_warps must be >= 1 and block_size a power of two >= "
-                         f"{_VEC}, got "
-                         f"{num_splits}, {sample_splits}, {num_warps}, {block_size}")
+                         f"{_VEC}, got {num_splits}, {sample_splits}, {num_warps}, {block_size}")
     batch_size, positions, vocab_size = target_logits.shape
     gamma = positions - 1
     greedy = draft_logits is None
