@@ -79,12 +79,15 @@ class Backend(ABC):
         """The call's columns, holding the prompt."""
 
     @abstractmethod
-    def target_runner(self, model: PreTrainedModel, columns: Columns) -> Runner:
-        """The target's runner, with the prompt fed up to its pending column."""
+    def target_runner(self, model: PreTrainedModel, columns: Columns, window: range | None = None) -> Runner:
+        """The target's runner, with the prompt fed up to its pending column (and its greedy tokens at the prompt
+        ``window``'s columns kept: :attr:`~flashspec_hf.runners.Runner.prompt_argmax`)."""
 
     @abstractmethod
-    def draft_runner(self, model: PreTrainedModel, columns: Columns, source: int) -> Runner:
-        """The runner of draft source ``source`` (a model), fed as far as the backend keeps draft models."""
+    def draft_runner(self, model: PreTrainedModel, columns: Columns, source: int,
+                     window: range | None = None) -> Runner:
+        """The runner of draft source ``source`` (a model), fed as far as the backend keeps draft models (with a
+        ``window``, at least past it, keeping its greedy tokens there)."""
 
     def step(self, arm: int, run_step: Callable):
         """Launch one step of ``arm``: ``run_step(arm)`` enqueues it (and the static backend's commit)."""
@@ -114,14 +117,18 @@ class DynamicBackend(Backend):
     def columns(self, input_ids, attention_mask, capacity, max_new_tokens) -> Columns:
         return Columns(input_ids, attention_mask, capacity, max_new_tokens, self.buffers)
 
-    def target_runner(self, model: PreTrainedModel, columns: Columns) -> Runner:
+    def target_runner(self, model: PreTrainedModel, columns: Columns, window: range | None = None) -> Runner:
         runner = self._runner(model)
         if columns.host_length > 1:
-            runner.forward(columns, columns.host_length - 1, keep=1)  # the pending column is read with the drafts
+            runner.prefill(columns, columns.host_length - 1, window)  # the pending column is read with the drafts
         return runner
 
-    def draft_runner(self, model: PreTrainedModel, columns: Columns, source: int) -> Runner:
-        return self._runner(model)  # catches up when it first drafts
+    def draft_runner(self, model: PreTrainedModel, columns: Columns, source: int,
+                     window: range | None = None) -> Runner:
+        runner = self._runner(model)  # catches up when it first drafts
+        if window is not None:  # fed up to the window's end now, to guess there
+            runner.prefill(columns, window.stop, window)
+        return runner
 
     def _runner(self, model: PreTrainedModel) -> DynamicRunner:
         runner = DynamicRunner(model, self.vocab_size)
@@ -184,16 +191,18 @@ class StaticBackend(Backend):
         return Columns(input_ids, attention_mask, capacity, max_new_tokens, self.buffers, track_host_length=False,
                        lead=lead, dense=True)
 
-    def target_runner(self, model: PreTrainedModel, columns: Columns) -> Runner:
+    def target_runner(self, model: PreTrainedModel, columns: Columns, window: range | None = None) -> Runner:
         runner = self._runner("target", model, columns)
-        runner.prefill(columns, columns.start_length - 1)  # the pending column is read with the drafts
+        runner.prefill(columns, columns.start_length - 1, window)  # the pending column is read with the drafts
         return runner
 
-    def draft_runner(self, model: PreTrainedModel, columns: Columns, source: int) -> Runner:
+    def draft_runner(self, model: PreTrainedModel, columns: Columns, source: int,
+                     window: range | None = None) -> Runner:
         target = self.session.runners["target"]
         shares = is_early_exit_of(model, target.model)  # then it reads and writes the target's cache
         runner = self._runner(f"draft {source}", model, columns, target if shares else None)
-        runner.prefill(columns, columns.start_length - 2)  # two columns behind (an early exit: at the target's pending)
+        # two columns behind (an early exit: at the target's pending)
+        runner.prefill(columns, columns.start_length - 2, window)
         return runner
 
     def _runner(self, key: str, model, columns: Columns, target: StaticRunner | None = None) -> StaticRunner:

@@ -31,7 +31,8 @@ from .backends import Backend, DynamicBackend, StaticBackend
 from .columns import Columns
 from .costs import arm_costs
 from .cpu_products import MAX_ROWS, few_row_products
-from .drafts import DraftContext, DraftSource, ModelDrafts, PlainDecoding, PromptLookup, score_arms
+from .drafts import (DraftContext, DraftSource, ModelDrafts, PlainDecoding, PromptLookup, prompt_agreement,
+                     prompt_window, score_arms)
 from .kernels.reference import PLACEHOLDER_TOKEN_ID
 from .outputs import Recorder
 from .processing import LogitsProcessing
@@ -211,9 +212,10 @@ def speculative_decode(
     columns = backend.columns(input_ids, attention_mask, capacity, limit)  # picks the backend's buffers
     stopping = Stopping(stopping_criteria, limit, backend.buffers)
     sequences = Sequences(input_ids, capacity, pad_token_id, backend.buffers)
-    target = backend.target_runner(model, columns)
+    window = prompt_window(columns) if selector.wants_prior else None  # prompt columns the sources are scored on
+    target = backend.target_runner(model, columns, window)
     sources = [
-        a if isinstance(a, DraftSource) else ModelDrafts(backend.draft_runner(a, columns, i), vocab_size)
+        a if isinstance(a, DraftSource) else ModelDrafts(backend.draft_runner(a, columns, i, window), vocab_size)
         for i, a in enumerate(assistants)
     ]
     names = _arm_names(sources, arms, several_gammas=len(gammas) > 1)
@@ -241,6 +243,8 @@ def speculative_decode(
     with few_row_products([model, *(a for a in assistants if isinstance(a, PreTrainedModel))], rows):  # CPU only
         if selector.cost_aware:
             selector.set_costs(arm_costs(target, sources, arms, columns, type(backend).__name__))
+        if window is not None:
+            selector.prior(*prompt_agreement(target, sources, arms, run.ctx, window))
         stats.setup_seconds = time.perf_counter() - start
         decode(run, backend, streamer)
 

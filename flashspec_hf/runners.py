@@ -50,6 +50,9 @@ class Runner:
     seen: int | torch.Tensor
     keeps_current = False
     """Whether :meth:`keep_current` runs a forward (a cost on the steps other sources draft)."""
+    prompt_argmax: torch.Tensor | None = None
+    """int64 ``[B, W]``: the model's greedy token (an index of its own logits) at each column of the prompt window
+    its last :meth:`prefill` was given (None: no window, or the runner fed nothing)."""
 
     def __init__(self, model: PreTrainedModel, vocab_size: int):
         self.model = model
@@ -67,6 +70,20 @@ class Runner:
         self.seen += width
         return logits
 
+    def prefill(self, columns: Columns, width: int, window: range | None = None) -> None:
+        """Feed the first ``width`` columns of a call (the runner has seen none). With ``window`` (columns within
+        them), keep the argmax of the logits there in :attr:`prompt_argmax`."""
+        logits = self.forward(columns, width, keep=self._keep(window))  # [B, W | 1, V_model]
+        self.prompt_argmax = None if window is None else logits.argmax(dim=-1)
+
+    def _keep(self, window: range | None) -> int | torch.Tensor:
+        """``logits_to_keep`` of a prefill: the window's columns (int64 ``[W]`` on the model's device; on the host
+        for a model spread over devices, whose last hidden states may sit on any of them), else 1."""
+        if window is None:
+            return 1
+        split = len(set(getattr(self.model, "hf_device_map", {}).values())) > 1
+        return torch.arange(window.start, window.stop, device="cpu" if split else self.model.device)
+
     def catch_up(self, columns: Columns) -> torch.Tensor:
         """Feed the columns not seen yet, up to the pending one; logits ``[B, 1, V_model]`` of the pending one."""
         raise NotImplementedError
@@ -81,9 +98,11 @@ class Runner:
     def _forward(self, columns, ids, positions, keep) -> torch.Tensor:
         raise NotImplementedError
 
-    def _call(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, cache, keep: int, call=None):
+    def _call(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, cache,
+              keep: int | torch.Tensor, call=None):
         """One forward of ``call`` (default: the model itself) over ``ids`` int64 ``[B, w]`` at ``positions``
-        ``[B, w]``; logits ``[B, keep, V_model]``."""
+        ``[B, w]``; logits ``[B, k, V_model]`` of the last ``k = keep`` columns, or of the columns listed by ``keep``
+        (int64 ``[k]``)."""
         device = self.model.device
         out = (call or self.model)(
             input_ids=ids.to(device),
@@ -93,7 +112,7 @@ class Runner:
             logits_to_keep=keep,
             **{self.cache_kwarg: cache},
         )
-        return out.logits[:, -keep:]
+        return out.logits if isinstance(keep, torch.Tensor) else out.logits[:, -keep:]
 
 
 class DynamicRunner(Runner):
@@ -233,21 +252,22 @@ class StaticRunner(Runner):
         writes overwrite the columns after it, and the 4D mask hides them until then."""
         self.seen.fill_(length) if isinstance(length, int) else self.seen.copy_(length)
 
-    def prefill(self, columns: Columns, width: int) -> None:
-        """Feed the first ``width`` columns of a call: through the compiled forward (if any) over
-        :func:`prefill_width` columns, so calls whose prompts differ in length share a few compiled graphs, else
-        eagerly over ``width``. The columns fed past ``width`` write keys and values that no query attends to (each
-        query sees only the columns before it, and later forwards overwrite them before reading). The first prefill
-        of a compiled runner runs eagerly first, so that the cache allocates its tensors outside the compiled graph
-        (a graph traced while it allocates them is recompiled at the next call)."""
+    def prefill(self, columns: Columns, width: int, window: range | None = None) -> None:
+        """Feed the first ``width`` columns of a call (see :meth:`Runner.prefill`): through the compiled forward (if
+        any) over :func:`prefill_width` columns, so calls whose prompts differ in length share a few compiled graphs,
+        else eagerly over ``width``. The columns fed past ``width`` write keys and values that no query attends to
+        (each query sees only the columns before it, and later forwards overwrite them before reading). The first
+        prefill of a compiled runner runs eagerly first, so that the cache allocates its tensors outside the compiled
+        graph (a graph traced while it allocates them is recompiled at the next call)."""
+        self.prompt_argmax = None
         if width <= 0:
             self.rewind(0)
             return
         if self.compiled and not all(layer.is_initialized for layer in self.cache.layers):
-            self._prefill(columns, width, None)
-        self._prefill(columns, width, self.compiled)
+            self._prefill(columns, width, None, window)
+        self._prefill(columns, width, self.compiled, window)
 
-    def _prefill(self, columns: Columns, width: int, call: Callable | None) -> None:
+    def _prefill(self, columns: Columns, width: int, call: Callable | None, window: range | None) -> None:
         """One prefill of ``width`` columns through ``call`` (over :func:`prefill_width` columns) or eagerly."""
         self.rewind(0)
         fed = prefill_width(width, columns.capacity) if call else width
@@ -255,7 +275,8 @@ class StaticRunner(Runner):
         if self.max_token is not None:
             ids = ids.masked_fill(ids > self.max_token, 0)
         mask = columns.attention_mask_4d(0, fed, self.dtype)  # [B, 1, fed, N]
-        self._call(ids, positions, mask, self.cache, 1, call)
+        logits = self._call(ids, positions, mask, self.cache, self._keep(window), call)  # [B, W | 1, V_model]
+        self.prompt_argmax = None if window is None else logits.argmax(dim=-1)
         self.seen.fill_(width)
 
     def _forward(self, columns, ids, positions, keep) -> torch.Tensor:
@@ -289,9 +310,9 @@ class EarlyExitRunner(StaticRunner):
         sources = iter(self.target.cache.layers)
         return lambda: SharedRowOffsetLayer(next(sources), self.seen)
 
-    def prefill(self, columns: Columns, width: int) -> None:
+    def prefill(self, columns: Columns, width: int, window: range | None = None) -> None:
         """Nothing to feed (the target's prefill wrote these layers' columns): start at the target's pending
-        column."""
+        column. No :attr:`prompt_argmax`: that would take a forward of the draft over the prompt."""
         self.rewind(width)
 
     def rewind(self, length: int | torch.Tensor) -> None:

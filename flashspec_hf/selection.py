@@ -14,7 +14,10 @@ step, no draft), so it never has to be slower than plain decoding. Its choices d
 calibration, which is kept: with ``torch.manual_seed``, later calls with the same set-up repeat exactly.
 
 Bandit selectors (UCB1, Thompson sampling, their discounted variants) learn from the drafting arm's acceptance
-only. :class:`Hedge` is full-information: after each step every arm is scored on the verified tokens (its greedy
+only. Thompson sampling may also start each call from the prompt (``prompt_weight``): before the first step, every
+arm is scored on the prompt's last tokens, where its source's greedy guesses are compared with the target's (read
+from the prefills, no extra forward; :func:`~flashspec_hf.drafts.prompt_agreement`), so the draft of the prompt's
+domain leads from the first step instead of after exploring the others. :class:`Hedge` is full-information: after each step every arm is scored on the verified tokens (its greedy
 agreement with them), at the price of every assistant catching up on the new tokens each step.
 """
 
@@ -44,6 +47,8 @@ class Selector(ABC):
     num_arms: int = 0
     full_information: bool = False
     """True for selectors that want every arm scored after every step (:meth:`update_all`)."""
+    wants_prior: bool = False
+    """True for selectors that want every arm scored on the prompt before a call's first step (:meth:`prior`)."""
 
     def __init__(self, cost_aware: bool = False):
         self.cost_aware = cost_aware
@@ -99,6 +104,11 @@ class Selector(ABC):
 
     def update_all(self, successes: list[float], trials: list[float]) -> None:
         """Full-information hook: each arm's agreeing tokens and tested tokens on the step's verified tokens."""
+
+    def prior(self, successes: list[float], trials: list[float]) -> None:
+        """Prompt hook (:attr:`wants_prior`), before a call's first step and after :meth:`begin_call`: per arm, the
+        prompt positions where its source's greedy guess equals the target's greedy token, and the positions scored
+        (0 for an arm with no guesses, e.g. the plain arm)."""
 
     def step_cost(self, arm: int) -> float:
         """Step seconds of ``arm`` (:meth:`set_costs`; 1 when not cost-aware)."""
@@ -162,21 +172,26 @@ class ThompsonSampling(Selector):
     With ``call_memory``, a selector kept across ``generate`` calls scales each arm's counts down to at most that
     many tested draft tokens when a call starts: its acceptance estimate stays, its confidence becomes that of a few
     steps, so a new prompt from another domain (chat after code) moves the choice within a few steps instead of
-    the ``1 / (1 - discount)`` the discount alone takes.
+    the ``1 / (1 - discount)`` the discount alone takes. With ``prompt_weight``, each call then adds the prompt's
+    evidence (:meth:`Selector.prior`) as that many tested draft tokens per scored arm, at the arm's agreement rate on
+    the prompt: a prior from the prompt's own domain.
 
     Args:
         seed: seed of the selector's own random generator (host side; generation randomness is untouched).
         discount: in ``(0, 1]``; 1 is plain Thompson sampling.
         cost_aware: see :class:`Selector`.
         call_memory: tested draft tokens per arm kept at the start of a call (> 0), or None to keep everything.
+        prompt_weight: tested draft tokens the prompt's agreement counts for per arm (0: the prompt is not read).
     """
 
     def __init__(self, seed: int = 0, discount: float = 1.0, cost_aware: bool = False,
-                 call_memory: float | None = None):
+                 call_memory: float | None = None, prompt_weight: float = 0.0):
         super().__init__(cost_aware)
         self.rng = random.Random(seed)
         self.discount = discount
         self.call_memory = call_memory
+        self.prompt_weight = prompt_weight
+        self.wants_prior = prompt_weight > 0
 
     def reset(self, num_arms: int, gammas: list[int] | None = None) -> None:
         super().reset(num_arms, gammas)
@@ -197,6 +212,12 @@ class ThompsonSampling(Selector):
             scale = min(1.0, self.call_memory / max(self.successes[arm] + self.failures[arm], 1e-12))
             self.successes[arm] *= scale
             self.failures[arm] *= scale
+
+    def prior(self, successes: list[float], trials: list[float]) -> None:
+        for arm, (agree, scored) in enumerate(zip(successes, trials, strict=True)):
+            if scored:
+                self.successes[arm] += self.prompt_weight * agree / scored
+                self.failures[arm] += self.prompt_weight * (scored - agree) / scored
 
     def select(self) -> int:
         draws = [self.rng.betavariate(1 + a, 1 + b) for a, b in zip(self.successes, self.failures, strict=True)]

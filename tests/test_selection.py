@@ -7,6 +7,8 @@ from benchmarks.regret import COSTS, SETTINGS, run
 from flashspec_hf import Hedge, PromptLookup, ThompsonSampling, UCB1
 from flashspec_hf.selection import SELECTORS, expected_accepted, make_selector
 
+from .conftest import assert_rows_equal_stock, left_padded, tiny_llama
+
 
 def _regret(setting, make, rounds, seeds=3, costs=None):
     return sum(run(setting, make, seed, rounds, costs)[0][-1] for seed in range(seeds)) / seeds
@@ -127,3 +129,79 @@ def test_generate_starts_each_call_with_begin_call(target, assistants):
         target.generate(torch.tensor([[3, 9, 27]]), max_new_tokens=4, do_sample=False, flashspec=True,
                         assistant_models=assistants, selector=selector)
     assert Counting.calls == 2
+
+
+class _PromptRecording(ThompsonSampling):
+    """Thompson sampling that records the prompt evidence it is given and the first arm it chooses."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.seen, self.first = None, None
+
+    def prior(self, successes, trials):
+        self.seen = (list(successes), list(trials))
+        super().prior(successes, trials)
+
+    def choose(self):
+        arm = super().choose()
+        self.first = arm if self.first is None else self.first
+        return arm
+
+
+@pytest.mark.parametrize("cache_implementation", ["dynamic", "static"])
+def test_prompt_agreement_scores_the_real_prompt_columns(target, cache_implementation):
+    """A copy of the target guesses every prompt token the target would, an unrelated draft does not; padding is not
+    scored. Rows of 40 and 10 tokens: the window is columns [6, 38) (32 before T0 - 2), of which the short row has
+    8 real ones. Outputs stay equal to stock's."""
+    import copy
+
+    pool = [tiny_llama(layers=1, vocab=101, seed=5, peak=8.0), copy.deepcopy(target)]
+    rows = [[3 + (7 * i) % 90 for i in range(40)], [5 + (3 * i) % 80 for i in range(10)]]
+    ids, mask = left_padded(rows)
+    selector = _PromptRecording(prompt_weight=16)
+    out = target.generate(ids, attention_mask=mask, max_new_tokens=8, do_sample=False, flashspec=True,
+                          assistant_models=pool, selector=selector, cache_implementation=cache_implementation)
+    successes, trials = selector.seen
+    assert trials == [40, 40] and successes[1] == 40 and successes[0] < 30
+    assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 8)
+
+
+def test_prompt_prior_drafts_with_the_agreeing_arm_first(target):
+    """With the prompt's evidence the first step goes to the draft that agrees with the target, for every seed (a
+    selector without it picks from flat posteriors, a coin flip per seed)."""
+    import copy
+
+    pool = [tiny_llama(layers=1, vocab=101, seed=5, peak=8.0), copy.deepcopy(target)]
+    prompt = torch.tensor([[3 + (7 * i) % 90 for i in range(24)]])
+    firsts = []
+    for seed in range(6):
+        selector = _PromptRecording(seed=seed, prompt_weight=16)
+        target.generate(prompt, max_new_tokens=4, do_sample=False, flashspec=True, assistant_models=pool,
+                        selector=selector)
+        firsts.append(selector.first)
+    assert firsts == [1] * 6
+
+
+def test_prior_adds_the_prompt_as_weighted_counts():
+    selector = ThompsonSampling(prompt_weight=16)
+    assert selector.wants_prior and not ThompsonSampling().wants_prior
+    selector.ensure(3, [4, 4, 0])
+    selector.update(0, [2], 4)  # 2 accepted, 1 rejection
+    selector.prior([3, 10, 0], [4, 40, 0])
+    assert (selector.successes, selector.failures) == ([2 + 12, 4, 0], [1 + 4, 12, 0])
+
+
+def test_prompt_lookup_guesses_a_periodic_prompt():
+    """Prompt lookup's guess of each prompt token from the tokens before it: exact once the period has been seen."""
+    from flashspec_hf.drafts import DraftContext
+
+    tokens = torch.tensor([[9, 4, 5, 6, 4, 5, 6, 4, 5, 6, 4, 5]])
+
+    class _Columns:
+        pass
+
+    columns = _Columns()
+    columns.tokens = tokens
+    ctx = DraftContext(columns, None, None, 10, False)
+    guesses = PromptLookup().prompt_guesses(ctx, range(4, 10))  # guesses of columns 5 … 10
+    assert guesses.tolist() == [tokens[0, 5:11].tolist()]
