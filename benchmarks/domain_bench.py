@@ -22,8 +22,8 @@ import torch
 import transformers
 
 import flashspec_hf
-from flashspec_hf import FixedArm, PromptLookup
-from flashspec_hf.models import distilled_assistants, load_target, smollm2_folder
+from flashspec_hf import FixedArm, PromptLookup, ThompsonSampling
+from flashspec_hf.models import distilled_assistants, load_target
 
 COLUMNS = ["domain", "engine", "prompts", "new_tokens", "seconds", "tok_s", "vs_static", "tau", "shares"]
 
@@ -41,7 +41,8 @@ def parse_args():
 
 
 def engines(assistants: list) -> dict[str, dict]:
-    """generate kwargs per engine: stock static, default, and each fixed arm of the default pool."""
+    """generate kwargs per engine: stock static, default (with and without its prompt prior), and each fixed arm of
+    the default pool."""
     pool = [*assistants, PromptLookup()]
     fixed = {
         f"fixed {getattr(a, 'name', None) or a.config.name_or_path}": dict(assistant_models=pool, selector=FixedArm(i),
@@ -52,6 +53,8 @@ def engines(assistants: list) -> dict[str, dict]:
         "stock static": dict(cache_implementation="static"),
         "default": dict(assistant_models=pool, selector=flashspec_hf.SELECTORS["cost_aware_discounted_thompson"](),
                         flashspec=True),
+        "default without prompt prior": dict(assistant_models=pool, flashspec=True, selector=ThompsonSampling(
+            discount=0.99, cost_aware=True, call_memory=8)),
         **fixed,
     }
 
@@ -69,7 +72,7 @@ def main():
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model, tokenizer = load_target(smollm2_folder(), dtype=getattr(torch, args.dtype), device=device)
+    model, tokenizer = load_target(None, dtype=getattr(torch, args.dtype), device=device)
     assistants = distilled_assistants(model)
     tokenizer.truncation_side = "left"
     prompts = json.load(gzip.open(args.corpus, "rt"))["eval"]

@@ -35,7 +35,7 @@ def runs(pool: list, fixed: bool) -> dict:
     settings = {
         "cost_aware_discounted_thompson (call_memory 8)": lambda: ThompsonSampling(
             discount=0.99, cost_aware=True, call_memory=8),
-        "+ prompt prior (weight 16)": lambda: ThompsonSampling(
+        "+ prompt prior (weight 16; the default)": lambda: ThompsonSampling(
             discount=0.99, cost_aware=True, call_memory=8, prompt_weight=16),
     }
     if fixed:

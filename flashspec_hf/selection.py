@@ -300,7 +300,8 @@ SELECTORS = {
     "discounted_thompson": lambda: ThompsonSampling(discount=0.998),
     "discounted_ucb": lambda: UCB1(discount=0.998),
     "cost_aware_thompson": lambda: ThompsonSampling(cost_aware=True),
-    "cost_aware_discounted_thompson": lambda: ThompsonSampling(discount=0.99, cost_aware=True, call_memory=8),
+    "cost_aware_discounted_thompson": lambda: ThompsonSampling(discount=0.99, cost_aware=True, call_memory=8,
+                                                               prompt_weight=16),
     "cost_aware_ucb1": lambda: UCB1(exploration=0.5, cost_aware=True),
     "cost_aware_hedge": lambda: Hedge(cost_aware=True),
     "round_robin": RoundRobin,
@@ -310,8 +311,10 @@ SELECTORS = {
 
 def make_selector(spec: str | Selector | None) -> Selector:
     """Selector from a name in :data:`SELECTORS` (a fresh one; ``discounted_*`` use ``discount=0.998``, a memory
-    of about 500 steps; ``cost_aware_discounted_thompson`` 0.99, about 100 steps, and a ``call_memory`` of 8 tested
-    draft tokens per arm, for one selector serving a stream of prompts whose domain changes) or an instance (kept as is, with what it learned); None = Thompson.
+    of about 500 steps; ``cost_aware_discounted_thompson`` 0.99, about 100 steps, a ``call_memory`` of 8 tested
+    draft tokens per arm, for one selector serving a stream of prompts whose domain changes, and a ``prompt_weight``
+    of 16: each call's prompt counts for about four steps of evidence) or an instance (kept as is, with what it
+    learned); None = Thompson.
     The caller fits it to its arms with :meth:`Selector.ensure`.
 
     Raises:
