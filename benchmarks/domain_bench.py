@@ -21,9 +21,10 @@ from pathlib import Path
 import torch
 import transformers
 
-import flashspec_hf
-from flashspec_hf import FixedArm, PromptLookup, ThompsonSampling
+from flashspec_hf import FixedArm, PromptLookup
 from flashspec_hf.models import distilled_assistants, load_target
+
+from . import default_selector
 
 COLUMNS = ["domain", "engine", "prompts", "new_tokens", "seconds", "tok_s", "vs_static", "tau", "shares"]
 
@@ -51,10 +52,8 @@ def engines(assistants: list) -> dict[str, dict]:
     }
     return {
         "stock static": dict(cache_implementation="static"),
-        "default": dict(assistant_models=pool, selector=flashspec_hf.SELECTORS["cost_aware_discounted_thompson"](),
-                        flashspec=True),
-        "default without prompt prior": dict(assistant_models=pool, flashspec=True, selector=ThompsonSampling(
-            discount=0.99, cost_aware=True, call_memory=8)),
+        "default": dict(assistant_models=pool, selector=default_selector(), flashspec=True),
+        "default without prompt prior": dict(assistant_models=pool, selector=default_selector(False), flashspec=True),
         **fixed,
     }
 

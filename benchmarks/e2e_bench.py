@@ -48,6 +48,8 @@ import flashspec_hf  # noqa: F401  (adds flashspec=True to generate)
 from flashspec_hf import FixedArm, PromptLookup
 from flashspec_hf.models import PRESETS
 
+from . import DEFAULT_SELECTOR
+
 TINYLLAMA = dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
                  num_key_value_heads=4, vocab_size=32000)
 QUICK = dict(TINYLLAMA, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
@@ -226,7 +228,7 @@ def generate_once(engine, model, assistants, ids, mask, args, new_tokens):
         selector = FixedArm(args.fixed_arm) if engine.startswith("fixed") else "thompson"
         pool = assistants
         if engine == "default":
-            selector, pool = "cost_aware_discounted_thompson", [*assistants, PromptLookup()]
+            selector, pool = DEFAULT_SELECTOR, [*assistants, PromptLookup()]
         kw.update(assistant_models=pool, flashspec=True, selector=selector, num_assistant_tokens=args.gamma)
         if engine.endswith("_dynamic"):
             kw["cache_implementation"] = "dynamic"

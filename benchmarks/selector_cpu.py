@@ -13,7 +13,9 @@ from pathlib import Path
 
 import torch
 
-from flashspec_hf import FixedArm, ThompsonSampling
+from flashspec_hf import FixedArm
+
+from . import default_selector
 from flashspec_hf.data import builtin_prompts
 from flashspec_hf.drafts import PromptLookup
 from flashspec_hf.evaluation.run import evaluate
@@ -33,10 +35,8 @@ def parse_args():
 def runs(pool: list, fixed: bool) -> dict:
     """label -> a fresh selector instance, kept along the run."""
     settings = {
-        "cost_aware_discounted_thompson (call_memory 8)": lambda: ThompsonSampling(
-            discount=0.99, cost_aware=True, call_memory=8),
-        "+ prompt prior (weight 16; the default)": lambda: ThompsonSampling(
-            discount=0.99, cost_aware=True, call_memory=8, prompt_weight=16),
+        "default without prompt prior": lambda: default_selector(False),
+        "default (prompt prior)": default_selector,
     }
     if fixed:
         for i, a in enumerate(pool):

@@ -181,12 +181,19 @@ class PromptLookup(DraftSource):
 
     def predict(self, ctx: DraftContext, num_new_before: torch.Tensor, width: int) -> torch.Tensor:
         ends = ctx.sequences.prompt_end + num_new_before  # [B]
-        return torch.cat([self._lookup(ctx.sequences.buffer, ends + i, 1) for i in range(width)], dim=1)
+        offsets = torch.arange(width, device=ends.device)  # [width]
+        return self._next_tokens(ctx.sequences.buffer, ends.unsqueeze(1) + offsets)  # [B, width]
 
     def prompt_guesses(self, ctx: DraftContext, window: range) -> torch.Tensor | None:
         prompt = ctx.columns.tokens[:, : window.stop + 1]  # [B, c]: lookups never read past the guessed column
         ends = torch.arange(window.start + 1, window.stop + 1, device=prompt.device)  # [W] guessed columns
-        return torch.cat([self._lookup(prompt, end.expand(prompt.shape[0]), 1) for end in ends], dim=1)  # [B, W]
+        return self._next_tokens(prompt, ends.expand(prompt.shape[0], -1))  # [B, W]
+
+    def _next_tokens(self, buffer: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
+        """int64 ``[B, k]``: the one-token proposal after ``buffer[b, :ends[b, j]]`` for every ``j``, in one lookup
+        over ``B·k`` rows (``buffer`` int64 ``[B, C]``, ``ends`` int64 ``[B, k]``)."""
+        rows = buffer.repeat_interleave(ends.shape[1], dim=0)  # [B·k, C]
+        return self._lookup(rows, ends.reshape(-1), 1).view(ends.shape)  # [B, k]
 
     def _lookup(self, buffer: torch.Tensor, ends: torch.Tensor, gamma: int) -> torch.Tensor:
         """int64 ``[B, γ]`` proposals after ``buffer[b, :ends[b]]`` (``buffer`` int64 ``[B, C]``, ``ends`` ``[B]``)."""
@@ -297,7 +304,7 @@ def prompt_window(columns: Columns) -> range | None:
     """The prompt columns whose next tokens every source guesses for the selector's prior: the last ``W`` before
     column ``T₀ - 2`` (the static backend keeps draft models two columns behind the committed prompt of ``T₀``
     columns, so every model has fed them after its prefill); ``W = min(PROMPT_WINDOW, PROMPT_POSITIONS // B)``, or
-    None when the prompt is too short."""
+    None when the prompt is too short or the batch larger than :data:`PROMPT_POSITIONS` rows."""
     stop = columns.start_length - 2
     width = min(PROMPT_WINDOW, PROMPT_POSITIONS // columns.tokens.shape[0], stop)
     return range(stop - width, stop) if width > 0 else None
@@ -306,14 +313,17 @@ def prompt_window(columns: Columns) -> range | None:
 def prompt_agreement(
     target: Runner, sources: list[DraftSource], arms: list[tuple[int, int]], ctx: DraftContext, window: range
 ) -> tuple[list[float], list[float]]:
-    """Per arm, how often its source's greedy guess of a prompt token equals the target's greedy token there, from
-    the prefills (no extra forward); one device-to-host copy.
+    """Per arm, how often its source's greedy guess of a prompt token equals the target's greedy token there, read
+    from the prefills' logits (the target's, each draft model's); one device-to-host copy per call. The static
+    backend prefills every draft model anyway; the dynamic one prefills a draft when it is first picked, so there
+    the prior costs a draft prefill for each draft the call would never have picked.
 
     The prompt is text the target conditions on, not text it generated, yet each source's agreement with the target
-    there tracks its acceptance in the answer: on the demo's prompts (SmolLM2-135M, its three bundled drafts, last
-    32 prompt columns) it was 0.68 / 0.22 / 0.64 on chat and 0.13 / 0.62 / 0.56 on code against α of 0.66 / 0.20
-    / 0.59 and 0.11 / 0.62 / 0.54 in generation (``model_cards/smollm2-135m-pool.md``); prompt lookup's is lower
-    than in generation (0.25 / 0.38 against 0.42 / 0.61), where answers copy the prompt.
+    there tracks its acceptance in the answer: measured on the CPU on 2026-12-02 on the built-in prompts
+    (:func:`~flashspec_hf.data.builtin_prompts`; SmolLM2-135M, its three bundled drafts, last 32 prompt columns), it
+    was 0.68 / 0.22 / 0.64 on chat and 0.13 / 0.62 / 0.56 on code against α of 0.66 / 0.20 / 0.59 and 0.11 / 0.62
+    / 0.54 in generation (``model_cards/smollm2-135m-pool.md``); prompt lookup's is lower than in generation (0.25 /
+    0.38 against 0.42 / 0.61), where answers copy the prompt.
 
     Args:
         target: the target's runner, prefilled with ``window`` (its ``prompt_argmax`` int64 ``[B, W]``).
@@ -324,7 +334,7 @@ def prompt_agreement(
         0 for an arm whose source has no guesses: the plain arm, an early exit).
     """
     truth = target.prompt_argmax.to(ctx.columns.tokens.device)  # [B, W]
-    scored = ctx.columns.valid[:, window.start : window.stop]  # [B, W] real prompt columns (left padding: so is the next)
+    scored = ctx.columns.valid[:, window.start : window.stop]  # [B, W] real columns (left padding: so is the next)
     counts = {}  # source -> int64 [2] (successes, trials)
     for s, source in enumerate(sources):
         guesses = source.prompt_guesses(ctx, window)  # [B, W] | None

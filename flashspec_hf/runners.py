@@ -58,11 +58,12 @@ class Runner:
         self.model = model
         embeddings = model.get_input_embeddings().num_embeddings
         self.max_token = embeddings - 1 if embeddings < vocab_size else None
+        self.vocab_size = vocab_size
         self.cache_kwarg = _cache_kwarg(type(model))
 
-    def forward(self, columns: Columns, width: int, keep: int) -> torch.Tensor:
-        """Feed columns ``[seen, seen + width)``; logits ``[B, keep, V_model]`` (model dtype, model device) of the
-        last ``keep`` of them. Afterwards ``seen`` is ``width`` larger."""
+    def forward(self, columns: Columns, width: int, keep: int | slice | torch.Tensor) -> torch.Tensor:
+        """Feed columns ``[seen, seen + width)``; logits ``[B, k, V_model]`` (model dtype, model device) of the last
+        ``k = keep`` of them, or of those ``keep`` selects (:meth:`_call`). Afterwards ``seen`` is ``width`` larger."""
         ids, positions = columns.read(self.seen, width)  # [B, w] each
         if self.max_token is not None:
             ids = ids.masked_fill(ids > self.max_token, 0)
@@ -74,15 +75,23 @@ class Runner:
         """Feed the first ``width`` columns of a call (the runner has seen none). With ``window`` (columns within
         them), keep the argmax of the logits there in :attr:`prompt_argmax`."""
         logits = self.forward(columns, width, keep=self._keep(window))  # [B, W | 1, V_model]
-        self.prompt_argmax = None if window is None else logits.argmax(dim=-1)
+        self._keep_argmax(logits, window)
 
-    def _keep(self, window: range | None) -> int | torch.Tensor:
-        """``logits_to_keep`` of a prefill: the window's columns (int64 ``[W]`` on the model's device; on the host
-        for a model spread over devices, whose last hidden states may sit on any of them), else 1."""
+    def _keep(self, window: range | None) -> int | slice | torch.Tensor:
+        """``logits_to_keep`` of a prefill: the window's columns, else 1. An int64 ``[W]`` tensor on the model's
+        device, so a compiled prefill is traced once per ``W`` (a slice would be a constant, traced once per prompt
+        length); a ``slice`` for a model spread over devices by accelerate, whose hooks would move a tensor to the
+        first device while the last hidden states sit on another."""
         if window is None:
             return 1
-        split = len(set(getattr(self.model, "hf_device_map", {}).values())) > 1
-        return torch.arange(window.start, window.stop, device="cpu" if split else self.model.device)
+        if len(set(getattr(self.model, "hf_device_map", {}).values())) > 1:
+            return slice(window.start, window.stop)
+        return torch.arange(window.start, window.stop, device=self.model.device)
+
+    def _keep_argmax(self, logits: torch.Tensor, window: range | None) -> None:
+        """Set :attr:`prompt_argmax` from a prefill's logits ``[B, W, V_model]`` (entries past the target's ``V``,
+        a padded head's, never win)."""
+        self.prompt_argmax = None if window is None else logits[..., : self.vocab_size].argmax(dim=-1)
 
     def catch_up(self, columns: Columns) -> torch.Tensor:
         """Feed the columns not seen yet, up to the pending one; logits ``[B, 1, V_model]`` of the pending one."""
@@ -99,10 +108,10 @@ class Runner:
         raise NotImplementedError
 
     def _call(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, cache,
-              keep: int | torch.Tensor, call=None):
+              keep: int | slice | torch.Tensor, call=None):
         """One forward of ``call`` (default: the model itself) over ``ids`` int64 ``[B, w]`` at ``positions``
-        ``[B, w]``; logits ``[B, k, V_model]`` of the last ``k = keep`` columns, or of the columns listed by ``keep``
-        (int64 ``[k]``)."""
+        ``[B, w]``; logits ``[B, k, V_model]`` of the last ``k = keep`` columns, or of the columns ``keep`` selects
+        (a ``slice``, or int64 ``[k]``)."""
         device = self.model.device
         out = (call or self.model)(
             input_ids=ids.to(device),
@@ -112,7 +121,7 @@ class Runner:
             logits_to_keep=keep,
             **{self.cache_kwarg: cache},
         )
-        return out.logits if isinstance(keep, torch.Tensor) else out.logits[:, -keep:]
+        return out.logits[:, -keep:] if isinstance(keep, int) else out.logits
 
 
 class DynamicRunner(Runner):
@@ -276,7 +285,7 @@ class StaticRunner(Runner):
             ids = ids.masked_fill(ids > self.max_token, 0)
         mask = columns.attention_mask_4d(0, fed, self.dtype)  # [B, 1, fed, N]
         logits = self._call(ids, positions, mask, self.cache, self._keep(window), call)  # [B, W | 1, V_model]
-        self.prompt_argmax = None if window is None else logits.argmax(dim=-1)
+        self._keep_argmax(logits, window)
         self.seen.fill_(width)
 
     def _forward(self, columns, ids, positions, keep) -> torch.Tensor:

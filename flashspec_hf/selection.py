@@ -16,9 +16,10 @@ calibration, which is kept: with ``torch.manual_seed``, later calls with the sam
 Bandit selectors (UCB1, Thompson sampling, their discounted variants) learn from the drafting arm's acceptance
 only. Thompson sampling may also start each call from the prompt (``prompt_weight``): before the first step, every
 arm is scored on the prompt's last tokens, where its source's greedy guesses are compared with the target's (read
-from the prefills, no extra forward; :func:`~flashspec_hf.drafts.prompt_agreement`), so the draft of the prompt's
-domain leads from the first step instead of after exploring the others. :class:`Hedge` is full-information: after each step every arm is scored on the verified tokens (its greedy
-agreement with them), at the price of every assistant catching up on the new tokens each step.
+from the prefills; :func:`~flashspec_hf.drafts.prompt_agreement`), so the draft of the prompt's domain leads from
+the first step instead of after exploring the others. :class:`Hedge` is full-information: after each step every arm
+is scored on the verified tokens (its greedy agreement with them), at the price of every assistant catching up on
+the new tokens each step.
 """
 
 from __future__ import annotations
@@ -47,8 +48,11 @@ class Selector(ABC):
     num_arms: int = 0
     full_information: bool = False
     """True for selectors that want every arm scored after every step (:meth:`update_all`)."""
-    wants_prior: bool = False
-    """True for selectors that want every arm scored on the prompt before a call's first step (:meth:`prior`)."""
+
+    @property
+    def wants_prior(self) -> bool:
+        """True for selectors that want every arm scored on the prompt before a call's first step (:meth:`prior`)."""
+        return False
 
     def __init__(self, cost_aware: bool = False):
         self.cost_aware = cost_aware
@@ -191,7 +195,10 @@ class ThompsonSampling(Selector):
         self.discount = discount
         self.call_memory = call_memory
         self.prompt_weight = prompt_weight
-        self.wants_prior = prompt_weight > 0
+
+    @property
+    def wants_prior(self) -> bool:
+        return self.prompt_weight > 0
 
     def reset(self, num_arms: int, gammas: list[int] | None = None) -> None:
         super().reset(num_arms, gammas)
@@ -214,10 +221,16 @@ class ThompsonSampling(Selector):
             self.failures[arm] *= scale
 
     def prior(self, successes: list[float], trials: list[float]) -> None:
+        """Adds ``min(prompt_weight, scored)`` tested draft tokens to each scored arm at its agreement rate (a prompt
+        shorter than the weight counts for what it holds). An arm whose source has no guesses (an early exit, a
+        user's source) keeps its posterior: knowing nothing of it, Thompson sampling tries it. Giving it the scored
+        arms' pooled rate instead would judge it by other sources' agreement: beside prompt lookup alone (the
+        TinyLlama pool: early exits + prompt lookup), that is prompt lookup's, unrelated to the early exits'."""
         for arm, (agree, scored) in enumerate(zip(successes, trials, strict=True)):
             if scored:
-                self.successes[arm] += self.prompt_weight * agree / scored
-                self.failures[arm] += self.prompt_weight * (scored - agree) / scored
+                weight = min(self.prompt_weight, scored)
+                self.successes[arm] += weight * agree / scored
+                self.failures[arm] += weight * (scored - agree) / scored
 
     def select(self) -> int:
         draws = [self.rng.betavariate(1 + a, 1 + b) for a, b in zip(self.successes, self.failures, strict=True)]
@@ -313,7 +326,7 @@ def make_selector(spec: str | Selector | None) -> Selector:
     """Selector from a name in :data:`SELECTORS` (a fresh one; ``discounted_*`` use ``discount=0.998``, a memory
     of about 500 steps; ``cost_aware_discounted_thompson`` 0.99, about 100 steps, a ``call_memory`` of 8 tested
     draft tokens per arm, for one selector serving a stream of prompts whose domain changes, and a ``prompt_weight``
-    of 16: each call's prompt counts for about four steps of evidence) or an instance (kept as is, with what it
+    of 16: at batch 1 and γ = 4, each call's prompt counts for about four steps of evidence) or an instance (kept as is, with what it
     learned); None = Thompson.
     The caller fits it to its arms with :meth:`Selector.ensure`.
 

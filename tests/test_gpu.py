@@ -89,6 +89,23 @@ def test_static_engine_with_cuda_graphs_equals_stock(disable_compile):
     assert [type(runner) is EarlyExitRunner for runner in session.runners.values()] == [False, True, False, False]
 
 
+def test_static_engine_with_the_prompt_prior_equals_stock():
+    """The default selector reads the prompt: the compiled static prefill keeps the logits of the window's columns
+    (their count W changes with the prompt's length between calls) and every draft guesses them; output stays equal
+    to stock's."""
+    from flashspec_hf import SELECTORS, PromptLookup
+
+    target, drafts = _static_models()
+    selector = SELECTORS["cost_aware_discounted_thompson"]()
+    for rows in ([[3 + (7 * i) % 90 for i in range(40)], [5 + (3 * i) % 80 for i in range(10)]],
+                 [[5, 17, 33, 8, 90, 41, 7, 11, 60, 61, 62, 63], [12, 60]]):
+        ids, mask = left_padded(rows)
+        out = target.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=24, do_sample=False,
+                              assistant_models=[*drafts, PromptLookup()], selector=selector,
+                              cache_implementation="static", flashspec=True)
+        assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 24)
+
+
 @pytest.mark.parametrize("do_sample", [False, True])
 def test_static_steps_do_not_sync(monkeypatch, do_sample):
     """Every step of the static loop is enqueued with no device-to-host synchronisation (CUDA graphs replayed)."""
@@ -117,13 +134,15 @@ def test_static_steps_do_not_sync(monkeypatch, do_sample):
     assert len(steps) >= 4
 
 
+@pytest.mark.parametrize("prompt_prior", [False, True])
 @pytest.mark.parametrize("cache_implementation", [None, "static"])
-def test_target_split_over_gpu_and_cpu_with_assistants_on_both(tmp_path, cache_implementation):
+def test_target_split_over_gpu_and_cpu_with_assistants_on_both(tmp_path, cache_implementation, prompt_prior):
     """accelerate places the target's first layer on cuda:0 and the rest (with the head) on the CPU; one assistant
-    sits on the GPU, one on the CPU. Greedy output equals stock generate on the same split target."""
+    sits on the GPU, one on the CPU. Greedy output equals stock generate on the same split target. With the prompt
+    prior, the prefill keeps the window's logits on the CPU, where the head sits."""
     from transformers import AutoModelForCausalLM
 
-    from flashspec_hf import RoundRobin
+    from flashspec_hf import RoundRobin, ThompsonSampling
 
     target, drafts = _static_models()
     target.cpu().save_pretrained(tmp_path / "target")
@@ -133,7 +152,8 @@ def test_target_split_over_gpu_and_cpu_with_assistants_on_both(tmp_path, cache_i
     rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60]]
     ids, mask = left_padded(rows)
     out = split.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=20, do_sample=False,
-                         assistant_models=[drafts[0], drafts[1].cpu()], selector=RoundRobin(), flashspec=True,
+                         assistant_models=[drafts[0], drafts[1].cpu()], flashspec=True,
+                         selector=ThompsonSampling(prompt_weight=16) if prompt_prior else RoundRobin(),
                          cache_implementation=cache_implementation)
     assert_rows_equal_stock(split, rows, out[:, ids.shape[1]:], 20)
 

@@ -131,11 +131,15 @@ def test_user_eos_criteria_is_honoured(target, assistants):
     assert torch.equal(got, want) and int(got[0, -1]) == stop
 
 
+@pytest.mark.parametrize("prompt_prior", [False, True])
 @pytest.mark.parametrize("cache_implementation", [None, "static"])
-def test_target_spread_by_accelerate_device_map(target, assistants, tmp_path, cache_implementation):
+def test_target_spread_by_accelerate_device_map(target, assistants, tmp_path, cache_implementation, prompt_prior):
     """A target whose second layer is offloaded to disk by accelerate (hooks move its weights in at each
-    forward): both loops stay exact."""
+    forward): both loops stay exact. With the prompt prior, its prefill keeps the window's logits (a slice, which
+    the hooks leave alone) and every source is scored."""
     from transformers import AutoModelForCausalLM
+
+    from flashspec_hf import RoundRobin, ThompsonSampling
 
     target.save_pretrained(tmp_path / "target")
     device_map = {"model.embed_tokens": "cpu", "model.layers.0": "cpu", "model.layers.1": "disk",
@@ -145,6 +149,13 @@ def test_target_spread_by_accelerate_device_map(target, assistants, tmp_path, ca
     assert "disk" in spread.hf_device_map.values()
     rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60]]
     ids, mask = left_padded(rows)
+    class Recording(ThompsonSampling):
+        def prior(self, successes, trials):
+            self.trials = trials
+
+    selector = Recording(prompt_weight=16) if prompt_prior else RoundRobin()
     out = spread.generate(ids, attention_mask=mask, max_new_tokens=16, do_sample=False, assistant_models=assistants,
-                          flashspec=True, cache_implementation=cache_implementation)
+                          flashspec=True, cache_implementation=cache_implementation, selector=selector)
     assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 16)
+    if prompt_prior:
+        assert min(selector.trials) > 0, "every draft was scored on the prompt"

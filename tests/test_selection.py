@@ -2,6 +2,8 @@
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from benchmarks.regret import COSTS, SETTINGS, run
 from flashspec_hf import Hedge, PromptLookup, ThompsonSampling, UCB1
@@ -183,12 +185,59 @@ def test_prompt_prior_drafts_with_the_agreeing_arm_first(target):
 
 
 def test_prior_adds_the_prompt_as_weighted_counts():
+    """Each scored arm gets 16 tested tokens at its agreement rate; the unscored arm (an early exit, the plain arm)
+    keeps its posterior."""
     selector = ThompsonSampling(prompt_weight=16)
     assert selector.wants_prior and not ThompsonSampling().wants_prior
     selector.ensure(3, [4, 4, 0])
     selector.update(0, [2], 4)  # 2 accepted, 1 rejection
-    selector.prior([3, 10, 0], [4, 40, 0])
-    assert (selector.successes, selector.failures) == ([2 + 12, 4, 0], [1 + 4, 12, 0])
+    selector.prior([5, 8, 0], [20, 20, 0])
+    assert selector.successes == pytest.approx([2 + 4, 6.4, 0])
+    assert selector.failures == pytest.approx([1 + 12, 9.6, 0])
+
+
+def test_prior_weight_is_at_most_the_scored_positions():
+    """A prompt of 4 scored positions counts for 4 tested tokens, not 16."""
+    selector = ThompsonSampling(prompt_weight=16)
+    selector.ensure(2, [4, 4])
+    selector.prior([2, 1], [4, 4])
+    assert (selector.successes, selector.failures) == ([2, 1], [2, 3])
+
+
+@pytest.mark.parametrize("batch, length, want", [(1, 100, range(66, 98)), (16, 100, range(82, 98)),
+                                                 (2, 10, range(0, 8)), (1, 2, None), (300, 100, None)])
+def test_prompt_window_is_the_last_columns_within_the_position_budget(batch, length, want):
+    """W = min(32, 256 // B, T0 - 2) columns ending at T0 - 2; none for a two-column prompt or B > 256."""
+    from types import SimpleNamespace
+
+    from flashspec_hf.drafts import prompt_window
+
+    assert prompt_window(SimpleNamespace(start_length=length, tokens=torch.zeros(batch, length + 8))) == want
+
+
+def test_reduced_draft_head_guesses_map_to_token_ids():
+    """A draft whose head covers a subset of the vocabulary (``draft_vocab_ids``) guesses indices of that subset;
+    its prompt guesses are the token ids they stand for."""
+    from types import SimpleNamespace
+
+    from flashspec_hf.drafts import DraftContext, ModelDrafts
+
+    model = SimpleNamespace(draft_vocab_ids=torch.tensor([7, 3, 50, 9]), config=SimpleNamespace(name_or_path="d"))
+    drafts = ModelDrafts(SimpleNamespace(model=model, prompt_argmax=torch.tensor([[2, 0, 3]])), vocab_size=97)
+    ctx = DraftContext(SimpleNamespace(tokens=torch.zeros(1, 5, dtype=torch.long)), None, None, 97, False)
+    assert drafts.prompt_guesses(ctx, range(0, 3)).tolist() == [[50, 7, 9]]
+
+
+def test_prompt_argmax_ignores_a_padded_head():
+    """A model whose head is wider than the target's V (padded entries) never guesses an id >= V."""
+    from flashspec_hf.runners import DynamicRunner
+
+    runner = DynamicRunner(tiny_llama(vocab=97), vocab_size=90)
+    logits = torch.zeros(1, 2, 97)
+    logits[0, :, 95] = 9.0  # a padded entry wins the full argmax
+    logits[0, 0, 4] = logits[0, 1, 89] = 1.0
+    runner._keep_argmax(logits, range(0, 2))
+    assert runner.prompt_argmax.tolist() == [[4, 89]]
 
 
 def test_prompt_lookup_guesses_a_periodic_prompt():
@@ -205,3 +254,30 @@ def test_prompt_lookup_guesses_a_periodic_prompt():
     ctx = DraftContext(columns, None, None, 10, False)
     guesses = PromptLookup().prompt_guesses(ctx, range(4, 10))  # guesses of columns 5 … 10
     assert guesses.tolist() == [tokens[0, 5:11].tolist()]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_prompt_lookup_batched_guesses_equal_one_lookup_per_column(data):
+    """:meth:`PromptLookup.prompt_guesses` and :meth:`~PromptLookup.predict` look every column up at once; each
+    equals a lookup of that column alone, on left-padded rows of a small alphabet (so n-grams repeat)."""
+    from types import SimpleNamespace
+
+    from flashspec_hf.drafts import DraftContext
+
+    batch, length = data.draw(st.integers(1, 3)), data.draw(st.integers(3, 24))
+    tokens = torch.tensor(data.draw(st.lists(st.lists(st.integers(0, 4), min_size=length, max_size=length),
+                                             min_size=batch, max_size=batch)))
+    start = data.draw(st.integers(0, length - 2))
+    stop = data.draw(st.integers(start + 1, length - 1))
+    lookup = PromptLookup(max_ngram=data.draw(st.integers(1, 3)))
+    ctx = DraftContext(SimpleNamespace(tokens=tokens), None, None, 5, False)
+    prompt = tokens[:, : stop + 1]
+    want = torch.cat([lookup._lookup(prompt, torch.full((batch,), end), 1) for end in range(start + 1, stop + 1)], 1)
+    assert torch.equal(lookup.prompt_guesses(ctx, range(start, stop)), want)
+    width = data.draw(st.integers(1, 3))
+    ends = torch.tensor(data.draw(st.lists(st.integers(1, length - width + 1), min_size=batch, max_size=batch)))
+    sequences = SimpleNamespace(buffer=tokens, prompt_end=ends, num_new=None)
+    want = torch.cat([lookup._lookup(tokens, ends + i, 1) for i in range(width)], dim=1)
+    got = lookup.predict(DraftContext(None, sequences, None, 5, False), torch.zeros_like(ends), width)
+    assert torch.equal(got, want)
