@@ -9,8 +9,9 @@
 #   2. tests/test_gpu.py (its timing does not matter: it overlaps the GGUF transfer and conversion)
 #   3. Qwen2.5-Coder-1.5B (once `convert` touched /tmp/convert.done, within CONVERT_WAIT seconds): NF4 at B = 1
 #      (stock eager, stock static, default), bf16 at QWEN_BATCHES (stock static, default), code and chat prompts
-#   4. SmolLM2-135M (once /tmp/gguf/s0, s1 and its drafts are there): stock static and default at B = 1, 8, 32, 64,
-#      then benchmarks/domain_bench (real prompts, B = 1, EOS on: default against every fixed arm)
+#   4. SmolLM2-135M (once /tmp/gguf/s0, s1 and its drafts are there): benchmarks/domain_bench (real prompts, B = 1,
+#      EOS on: default against every fixed arm), then stock static and default at SMOLLM2_BATCHES (1,8,32,64)
+#      within E2E_BUDGET_S (420) seconds
 #   5. the TinyLlama-shape e2e grid: stock static, fixed and default at B = 1; static and default at TINY_BATCHES
 #   6. benchmarks/kernel_tune on KERNEL_TUNE_CASES (batch:vocab pairs), when set
 # Each stage logs to /tmp/gs/<stage>.log, skipped stages to /tmp/gs/pipeline.log; /tmp/gs/done marks the end.
@@ -40,13 +41,14 @@ fi
 smollm2=/tmp/gguf/SmolLM2-135M-Instruct.Q4_1.gguf  # pieces: split -b 49M -d -a 1 THE.gguf .carry/gguf/s
 if wait_for /tmp/gguf/s0 30 && wait_for /tmp/gguf/s1 30 && wait_for /tmp/drafts/smollm2-general 30; then
   cat /tmp/gguf/s0 /tmp/gguf/s1 >"$smollm2.partial" && mv "$smollm2.partial" "$smollm2"
-  ( . benchmarks/gpu_smollm2_env.sh
-    cp -r /tmp/drafts/smollm2-* flashspec_hf/assistants/
-    e2e --target smollm2 --batches 1,8,32,64 --engines static,default --repeats 2 --name e2e_smollm2
-  ) >/tmp/gs/smollm2.log 2>&1
+  cp -r /tmp/drafts/smollm2-* flashspec_hf/assistants/
   ( . benchmarks/gpu_smollm2_env.sh
     python3 -m benchmarks.domain_bench --corpus .carry/c/corpus.json.gz --num-prompts 6 --out /tmp/gs
   ) >/tmp/gs/domain_bench.log 2>&1
+  ( . benchmarks/gpu_smollm2_env.sh
+    e2e --target smollm2 --batches "${SMOLLM2_BATCHES:-1,8,32,64}" --engines static,default --repeats 2 \
+      --budget-s "${E2E_BUDGET_S:-420}" --name e2e_smollm2
+  ) >/tmp/gs/smollm2.log 2>&1
 fi
 e2e --batches 1 --engines static,fixed,default --repeats 3 --name e2e_tiny_b1 >/tmp/gs/e2e_tiny_b1.log 2>&1
 e2e --batches "${TINY_BATCHES:-64}" --engines static,default --repeats 2 --name e2e_tiny >/tmp/gs/e2e_tiny.log 2>&1
