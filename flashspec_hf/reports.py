@@ -60,14 +60,15 @@ class StepReports:
         self.last: Report | None = None
         self.done = False  # a report read shows every row finished
 
-    def choose(self) -> tuple[int, object]:
-        """The next step's arm (the selector's choice) and its start mark for :meth:`add`."""
+    def choose(self, arm: int | None = None) -> tuple[int, object]:
+        """The next step's arm (the selector's choice, or ``arm`` when the backend warms one up) and its start mark
+        for :meth:`add`."""
         if self.cuda:
             start = torch.cuda.Event(enable_timing=True)
             start.record()
         else:
             start = time.perf_counter()
-        return self.selector.choose(), start
+        return self.selector.choose(arm), start
 
     def add(self, arm: int, gamma: int, start, num_accepted, num_emitted, was_finished, finished) -> None:
         """Queue a step's report: int64 ``[B]`` accepted and emitted counts, bool ``[B]`` finished flags before and

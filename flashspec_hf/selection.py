@@ -84,10 +84,10 @@ class Selector(ABC):
     def select(self) -> int:
         """Index of the arm that drafts the next step."""
 
-    def choose(self) -> int:
-        """:meth:`select`, counted in ``chosen`` at once (the loops call this). The static loop reads outcomes a
-        few steps late, so ``pulls`` lags behind the choices made."""
-        arm = self.select()
+    def choose(self, arm: int | None = None) -> int:
+        """:meth:`select` (or ``arm``, an arm the backend must warm up), counted in ``chosen`` at once (the loops
+        call this). The static loop reads outcomes a few steps late, so ``pulls`` lags behind the choices made."""
+        arm = self.select() if arm is None else arm
         self.chosen[arm] += 1
         return arm
 

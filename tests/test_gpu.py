@@ -106,6 +106,25 @@ def test_static_engine_with_the_prompt_prior_equals_stock():
         assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 24)
 
 
+def test_first_calls_capture_every_arm_then_switches_only_replay():
+    """A session's first calls draft with each arm that has no captured step yet (its eager step, then its capture),
+    so a later call captures nothing, whichever arms its selector picks; output stays equal to stock's."""
+    from flashspec_hf import SELECTORS, PromptLookup
+
+    target, drafts = _static_models()
+    selector = SELECTORS["cost_aware_discounted_thompson"]()
+    rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60]]
+    ids, mask = left_padded(rows)
+    for call in range(4):
+        out = target.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=32, do_sample=False,
+                              assistant_models=[*drafts, PromptLookup()], selector=selector,
+                              cache_implementation="static", flashspec=True)
+        assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 32)
+    (session,) = target.__dict__["_flashspec_static_sessions"].values()
+    assert sorted(session.graphs) == list(range(selector.num_arms)), "every arm (the plain one too) was captured"
+    assert target.flashspec_stats.warmup_seconds == 0, "the last call captured nothing"
+
+
 @pytest.mark.parametrize("do_sample", [False, True])
 def test_static_steps_do_not_sync(monkeypatch, do_sample):
     """Every step of the static loop is enqueued with no device-to-host synchronisation (CUDA graphs replayed)."""

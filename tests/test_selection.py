@@ -144,8 +144,8 @@ class _PromptRecording(ThompsonSampling):
         self.seen = (list(successes), list(trials))
         super().prior(successes, trials)
 
-    def choose(self):
-        arm = super().choose()
+    def choose(self, arm=None):
+        arm = super().choose(arm)
         self.first = arm if self.first is None else self.first
         return arm
 
@@ -182,6 +182,23 @@ def test_prompt_prior_drafts_with_the_agreeing_arm_first(target):
                         selector=selector)
         firsts.append(selector.first)
     assert firsts == [1] * 6
+
+
+def test_an_arm_the_backend_warms_up_drafts_before_the_selector_is_asked(target, assistants, monkeypatch):
+    """While the backend has an arm to warm up (the static one on CUDA: arms without a captured step), the step
+    drafts with it; the selector counts it as chosen, and the output stays stock's."""
+    from flashspec_hf import FixedArm
+    from flashspec_hf.backends import DynamicBackend
+
+    forced = iter([1, 1])
+    monkeypatch.setattr(DynamicBackend, "warming_arm", lambda self, num_arms: next(forced, None))
+    selector = FixedArm(0)
+    rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60]]
+    ids, mask = left_padded(rows)
+    out = target.generate(ids, attention_mask=mask, max_new_tokens=16, do_sample=False, flashspec=True,
+                          assistant_models=assistants, selector=selector)
+    assert selector.chosen[1] == 2 and selector.chosen[0] > 0
+    assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 16)
 
 
 def test_prior_adds_the_prompt_as_weighted_counts():
