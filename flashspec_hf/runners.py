@@ -79,9 +79,9 @@ class Runner:
 
     def _keep(self, window: range | None) -> int | slice | torch.Tensor:
         """``logits_to_keep`` of a prefill: the window's columns, else 1. An int64 ``[W]`` tensor on the model's
-        device, so a compiled prefill is traced once per ``W`` (a slice would be a constant, traced once per prompt
-        length); a ``slice`` for a model spread over devices by accelerate, whose hooks would move a tensor to the
-        first device while the last hidden states sit on another."""
+        device (a compiled prefill guards on its shape, not its values); a ``slice`` for a model spread over devices
+        by accelerate, whose hooks would move a tensor to the first device while the last hidden states sit on
+        another (cuda:0 and cuda:1)."""
         if window is None:
             return 1
         if len(set(getattr(self.model, "hf_device_map", {}).values())) > 1:
@@ -121,7 +121,11 @@ class Runner:
             logits_to_keep=keep,
             **{self.cache_kwarg: cache},
         )
-        return out.logits[:, -keep:] if isinstance(keep, int) else out.logits
+        if isinstance(keep, int):
+            return out.logits[:, -keep:]
+        if out.logits.shape[1] == ids.shape[1]:  # a model that ignored logits_to_keep (remote code)
+            return out.logits[:, keep]
+        return out.logits
 
 
 class DynamicRunner(Runner):

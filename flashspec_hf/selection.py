@@ -177,15 +177,16 @@ class ThompsonSampling(Selector):
     many tested draft tokens when a call starts: its acceptance estimate stays, its confidence becomes that of a few
     steps, so a new prompt from another domain (chat after code) moves the choice within a few steps instead of
     the ``1 / (1 - discount)`` the discount alone takes. With ``prompt_weight``, each call then adds the prompt's
-    evidence (:meth:`Selector.prior`) as that many tested draft tokens per scored arm, at the arm's agreement rate on
-    the prompt: a prior from the prompt's own domain.
+    evidence (:meth:`Selector.prior`) as at most that many tested draft tokens per scored arm (fewer when fewer
+    prompt positions were scored), at the arm's agreement rate on the prompt: a prior from the prompt's own domain.
 
     Args:
         seed: seed of the selector's own random generator (host side; generation randomness is untouched).
         discount: in ``(0, 1]``; 1 is plain Thompson sampling.
         cost_aware: see :class:`Selector`.
         call_memory: tested draft tokens per arm kept at the start of a call (> 0), or None to keep everything.
-        prompt_weight: tested draft tokens the prompt's agreement counts for per arm (0: the prompt is not read).
+        prompt_weight: most tested draft tokens the prompt's agreement counts for per arm (0: the prompt is not
+            read; may be changed between calls).
     """
 
     def __init__(self, seed: int = 0, discount: float = 1.0, cost_aware: bool = False,
@@ -326,8 +327,8 @@ def make_selector(spec: str | Selector | None) -> Selector:
     """Selector from a name in :data:`SELECTORS` (a fresh one; ``discounted_*`` use ``discount=0.998``, a memory
     of about 500 steps; ``cost_aware_discounted_thompson`` 0.99, about 100 steps, a ``call_memory`` of 8 tested
     draft tokens per arm, for one selector serving a stream of prompts whose domain changes, and a ``prompt_weight``
-    of 16: at batch 1 and γ = 4, each call's prompt counts for about four steps of evidence) or an instance (kept as is, with what it
-    learned); None = Thompson.
+    of 16: at batch 1 and γ = 4, each call's prompt counts for about four steps of evidence) or an instance (kept
+    as is, with what it learned); None = Thompson.
     The caller fits it to its arms with :meth:`Selector.ensure`.
 
     Raises:

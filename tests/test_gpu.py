@@ -158,7 +158,8 @@ def test_static_steps_do_not_sync(monkeypatch, do_sample):
 def test_target_split_over_gpu_and_cpu_with_assistants_on_both(tmp_path, cache_implementation, prompt_prior):
     """accelerate places the target's first layer on cuda:0 and the rest (with the head) on the CPU; one assistant
     sits on the GPU, one on the CPU. Greedy output equals stock generate on the same split target. With the prompt
-    prior, the prefill keeps the window's logits on the CPU, where the head sits."""
+    prior, the prefill keeps the window's logits through a slice (the map names two devices; accelerate runs the
+    CPU-mapped modules on cuda:0 with their weights offloaded) and every draft is scored."""
     from transformers import AutoModelForCausalLM
 
     from flashspec_hf import RoundRobin, ThompsonSampling
@@ -168,13 +169,19 @@ def test_target_split_over_gpu_and_cpu_with_assistants_on_both(tmp_path, cache_i
     device_map = {"model.embed_tokens": 0, "model.layers.0": 0, "model.layers.1": "cpu", "model.norm": "cpu",
                   "model.rotary_emb": "cpu", "lm_head": "cpu"}
     split = AutoModelForCausalLM.from_pretrained(tmp_path / "target", device_map=device_map)
+    class Recording(ThompsonSampling):
+        def prior(self, successes, trials):
+            self.trials = trials
+
+    selector = Recording(prompt_weight=16) if prompt_prior else RoundRobin()
     rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60]]
     ids, mask = left_padded(rows)
     out = split.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=20, do_sample=False,
                          assistant_models=[drafts[0], drafts[1].cpu()], flashspec=True,
-                         selector=ThompsonSampling(prompt_weight=16) if prompt_prior else RoundRobin(),
-                         cache_implementation=cache_implementation)
+                         selector=selector, cache_implementation=cache_implementation)
     assert_rows_equal_stock(split, rows, out[:, ids.shape[1]:], 20)
+    if prompt_prior:
+        assert min(selector.trials) > 0, "every draft was scored on the prompt"
 
 
 @pytest.mark.parametrize("cache_implementation", [None, "static"])

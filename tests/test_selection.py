@@ -245,6 +245,29 @@ def test_reduced_draft_head_guesses_map_to_token_ids():
     assert drafts.prompt_guesses(ctx, range(0, 3)).tolist() == [[50, 7, 9]]
 
 
+@pytest.mark.parametrize("device_map, kept", [(None, torch.Tensor), ({"": "cpu"}, torch.Tensor),
+                                              ({"model.layers.0": 0, "lm_head": 1}, slice)])
+def test_prefill_keeps_the_window_by_a_slice_on_a_split_model(device_map, kept):
+    """Index tensor on one device; a slice when accelerate spread the model over several (its hooks would move a
+    tensor to the first device, away from the last hidden states)."""
+    from flashspec_hf.runners import DynamicRunner
+
+    model = tiny_llama(vocab=97)
+    if device_map is not None:
+        model.hf_device_map = device_map
+    keep = DynamicRunner(model, vocab_size=97)._keep(range(3, 7))
+    assert isinstance(keep, kept)
+    assert torch.arange(97)[keep].tolist() == [3, 4, 5, 6]
+
+
+def test_prompt_weight_zero_turns_the_prior_off():
+    """What ``benchmarks.default_selector(False)`` relies on: ``prompt_weight`` may be set after construction."""
+    selector = SELECTORS["cost_aware_discounted_thompson"]()
+    assert selector.wants_prior
+    selector.prompt_weight = 0.0
+    assert not selector.wants_prior
+
+
 def test_prompt_argmax_ignores_a_padded_head():
     """A model whose head is wider than the target's V (padded entries) never guesses an id >= V."""
     from flashspec_hf.runners import DynamicRunner
