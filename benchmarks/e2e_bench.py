@@ -21,7 +21,8 @@ max over --repeats after a warm-up at full length, whose seconds, compilation an
 first_call_s), τ (tokens per row per step; 1 for stock), step time in ms (p50 / p99 / mean
 over decode steps: 1 token per row for stock, τ for speculative engines; the step holding the prefill left out),
 the median call's breakdown for flashspec (call_ms: its wall time; setup_ms: host time before the first step, prefill
-included; steps_ms: the steps' own times summed; what is left is host time around and between steps), peak CUDA
+included; steps_ms: the steps' own times summed; what is left is host time around and between steps; steps: the
+last call's step count, which the batch's slowest row sets: --max-new-tokens / steps is its τ), peak CUDA
 memory (GiB) and match_rate (fraction of rows identical to stock greedy; 1 expected in fp32). An engine
 that raises gets its error in the row. Writes OUT/NAME.csv, NAME.png (tokens/s vs B), NAME.env.txt.
 
@@ -56,7 +57,7 @@ QUICK = dict(TINYLLAMA, hidden_size=64, intermediate_size=128, num_hidden_layers
              num_key_value_heads=2)
 COLUMNS = ["target", "weights", "dtype", "engine", "batch", "gamma", "prompt_len", "max_new_tokens", "repeats",
            "tok_s_median", "tok_s_min", "tok_s_max", "tau", "alpha", "step_ms_p50", "step_ms_p99", "step_ms_mean",
-           "peak_mem_gib", "first_call_s", "call_ms", "setup_ms", "steps_ms", "match_rate", "acceptance", "note",
+           "peak_mem_gib", "first_call_s", "call_ms", "setup_ms", "steps_ms", "steps", "match_rate", "acceptance", "note",
            "error"]
 FLASHSPEC = ("fixed", "fixed_eager", "thompson", "default", "fixed_dynamic", "thompson_dynamic")
 # default: what a user gets with the default selector (cost-aware discounted Thompson, with its plain-decoding arm)
@@ -273,7 +274,7 @@ def run_cell(engine, model, assistants, ids, mask, args, reference):
     row.update(zip(("call_ms", "setup_ms", "steps_ms"), sorted(calls)[(len(calls) - 1) // 2]))  # the median call
     if engine in FLASHSPEC:
         stats = model.flashspec_stats
-        row.update(tau=stats.tau, alpha=";".join(f"{k}={v:.3f}" for k, v in stats.alpha.items()))
+        row.update(tau=stats.tau, steps=stats.steps, alpha=";".join(f"{k}={v:.3f}" for k, v in stats.alpha.items()))
         row["note"] = "shares " + ";".join(f"{k}={v:.2f}" for k, v in stats.arm_share.items() if v)
     elif engine in ("assisted", "pld"):
         row["tau"] = statistics.mean(n + 1.0 for n in info["counts"])
