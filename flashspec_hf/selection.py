@@ -84,6 +84,11 @@ class Selector(ABC):
     def select(self) -> int:
         """Index of the arm that drafts the next step."""
 
+    def candidates(self) -> list[int]:
+        """The arms :meth:`select` may ever return (all of them; :class:`FixedArm` its own): the static backend
+        warms these up before the selector is asked."""
+        return list(range(self.num_arms))
+
     def choose(self, arm: int | None = None) -> int:
         """:meth:`select` (or ``arm``, an arm the backend must warm up), counted in ``chosen`` at once (the loops
         call this). The static loop reads outcomes a few steps late, so ``pulls`` lags behind the choices made."""
@@ -305,6 +310,9 @@ class FixedArm(Selector):
         if not 0 <= self.arm < self.num_arms:
             raise ValueError(f"FixedArm({self.arm}) but only {self.num_arms} arms were given")
         return self.arm
+
+    def candidates(self) -> list[int]:
+        return [self.arm]
 
 
 SELECTORS = {

@@ -109,7 +109,7 @@ def test_static_engine_with_the_prompt_prior_equals_stock():
 def test_first_calls_capture_every_arm_then_switches_only_replay():
     """A session's first calls draft with each arm that has no captured step yet (its eager step, then its capture),
     so a later call captures nothing, whichever arms its selector picks; output stays equal to stock's."""
-    from flashspec_hf import SELECTORS, PromptLookup
+    from flashspec_hf import SELECTORS, FixedArm, PromptLookup
 
     target, drafts = _static_models()
     selector = SELECTORS["cost_aware_discounted_thompson"]()
@@ -123,6 +123,11 @@ def test_first_calls_capture_every_arm_then_switches_only_replay():
     (session,) = target.__dict__["_flashspec_static_sessions"].values()
     assert sorted(session.graphs) == list(range(selector.num_arms)), "every arm (the plain one too) was captured"
     assert target.flashspec_stats.warmup_seconds == 0, "the last call captured nothing"
+    target, drafts = _static_models()  # a fixed arm warms up only itself
+    target.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=16, do_sample=False, flashspec=True,
+                    assistant_models=[*drafts, PromptLookup()], selector=FixedArm(1), cache_implementation="static")
+    (session,) = target.__dict__["_flashspec_static_sessions"].values()
+    assert sorted(session.graphs) == [1]
 
 
 @pytest.mark.parametrize("do_sample", [False, True])

@@ -191,7 +191,7 @@ def test_an_arm_the_backend_warms_up_drafts_before_the_selector_is_asked(target,
     from flashspec_hf.backends import DynamicBackend
 
     forced = iter([1, 1])
-    monkeypatch.setattr(DynamicBackend, "warming_arm", lambda self, num_arms: next(forced, None))
+    monkeypatch.setattr(DynamicBackend, "warming_arm", lambda self, candidates: next(forced, None))
     selector = FixedArm(0)
     rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60]]
     ids, mask = left_padded(rows)
@@ -199,6 +199,7 @@ def test_an_arm_the_backend_warms_up_drafts_before_the_selector_is_asked(target,
                           assistant_models=assistants, selector=selector)
     assert selector.chosen[1] == 2 and selector.chosen[0] > 0
     assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 16)
+    assert selector.candidates() == [0] and SELECTORS["thompson"]().candidates() == []  # no arms yet
 
 
 def test_prior_adds_the_prompt_as_weighted_counts():
