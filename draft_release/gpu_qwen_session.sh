@@ -22,9 +22,9 @@ step=$1
 case $step in
 piece)
   mkdir -p /tmp/gguf && cp ".carry/gguf/$2" /tmp/gguf/ && ls /tmp/gguf | wc -l
-  if [ ! -d /tmp/gs ]; then  # from a copy of the tree: later calls replace it
+  if [ ! -d /tmp/gs ]; then  # from a copy of the tree (later calls replace it), made before the call returns
     mkdir -p /tmp/gs && rm -rf /tmp/gstree && cp -r . /tmp/gstree && cd /tmp/gstree \
-      && OUT=/tmp/gs setsid nohup bash "${BG:-benchmarks/gpu_session.sh}" >/tmp/gs/bg.log 2>&1 &
+      && { OUT=/tmp/gs setsid nohup bash "${BG:-benchmarks/gpu_session.sh}" >/tmp/gs/bg.log 2>&1 & }
   fi ;;
 stash)
   mkdir -p /tmp/carry /tmp/drafts && cp -r .carry/. /tmp/carry/ && cp -r flashspec_hf/assistants/. /tmp/drafts/
