@@ -4,8 +4,9 @@ calls.
 
 Measured on this project's 2-core CPU (one thread, load ~2, torch 2.13 CPU, transformers 5.24): 1.25x (1.19-1.36
 over 5 runs), tau 3.00. Sampled instead (do_sample=True, temperature=0.7, 48 tokens, 5 calls) it gave 0.74-0.97x
-with every selector tried: acceptance falls (tau 2.4 for the chat draft alone, 3.0 greedy) to about what a step
-costs here in one-token forwards, 2.2 (README, Troubleshooting).
+with every selector tried: acceptance falls (tau 2.4 for the chat draft alone, 3.0 greedy) to about what a drafted
+step then cost here in one-token forwards, 2.2 (before 2026-12-01's few-row products; about 1.35 since: README,
+Troubleshooting).
 
 Run: python examples/pipeline.py
 """

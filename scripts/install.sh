@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Creates .venv (if missing) and installs flashspec_hf with the demo's real model and prompts and the test tools.
-# FLASHSPEC_TORCH picks the torch build (default: the 2.13.0 CPU build this project's machines carry on disk;
-# on a CUDA machine use e.g. FLASHSPEC_TORCH=torch). Prints one line per stage; about two minutes in all.
+# FLASHSPEC_TORCH picks the torch build, pip options allowed (default torch==2.13.0: on this project's machines the
+# CPU build they carry on disk; elsewhere pip's pick for the platform, e.g. CUDA on Linux; for the CPU build there:
+# FLASHSPEC_TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu").
+# Prints one line per stage; about two minutes in all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stage() { echo "[install] $*"; }
@@ -18,7 +20,9 @@ if python -c "import torch" 2>/dev/null; then
   stage "torch is already installed"
 else
   stage "installing ${FLASHSPEC_TORCH:-torch==2.13.0} (the largest download; a minute or more)"
-  python -m pip install -q "${FLASHSPEC_TORCH:-torch==2.13.0}"
+  # unquoted on purpose: FLASHSPEC_TORCH may carry pip options, e.g. "torch==2.13.0 --index-url URL"
+  # shellcheck disable=SC2086
+  python -m pip install -q ${FLASHSPEC_TORCH:-torch==2.13.0}
 fi
 stage "installing flashspec_hf (editable) with its demo and test extras: transformers, datasets, pytest, ..."
 python -m pip install -q -e ".[test]"
