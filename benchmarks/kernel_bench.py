@@ -118,12 +118,12 @@ def providers(mode, target, tokens, draft, noise):
             "verify_graph": (lambda: verify(target, tokens, None), graphed),
             "stock": (lambda: stock_greedy(target, tokens), loop),
         }
-    seed, u, w = noise  # [1], [B, γ], [B, V]
+    seed, *reference_noise = noise  # [1]; [B, γ], [B, V], [B, tiles]
     draft_f32 = draft.float()  # [B, γ, V]
     return {
         "triton": (lambda: verify_triton(target, tokens, draft, seed), "seed drawn outside, noise in-kernel"),
         "triton_graph": (lambda: verify_triton(target, tokens, draft, seed), graphed),
-        "torch": (lambda: verify_sampling_reference(target, tokens, draft, u, w), "noise drawn outside"),
+        "torch": (lambda: verify_sampling_reference(target, tokens, draft, *reference_noise), "noise drawn outside"),
         "verify": (lambda: verify(target, tokens, draft), "flashspec dispatch, draws seed (noise on torch)"),
         "verify_graph": (lambda: verify(target, tokens, draft), graphed),
         "stock": (lambda: stock_sampling(target, tokens, draft_f32), loop),
@@ -213,7 +213,7 @@ def main():
             target = torch.randn(batch, gamma + 1, vocab, device=device).to(dtype)  # [B, γ+1, V]
             draft = torch.randn(batch, gamma, vocab, device=device).to(dtype)  # [B, γ, V]
             tokens = torch.randint(0, vocab, (batch, gamma), device=device)  # [B, γ]
-            noise = (draw_seed(device), *draw_noise(batch, gamma, vocab, device))  # [1], [B, γ], [B, V]
+            noise = (draw_seed(device), *draw_noise(batch, gamma, vocab, device))  # [1], [B, γ], [B, V], [B, tiles]
             read = target.numel() + (draft.numel() if mode == "sampling" else 0)
             floor_us = read * target.element_size() / bandwidth
             for name, (fn, note) in providers(mode, target, tokens, draft, noise).items():

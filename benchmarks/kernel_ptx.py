@@ -29,11 +29,12 @@ def loop_counts(kernel, dtype: str, constexprs: dict, warps: int) -> dict:
     compiled = triton.compile(ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=aligned),
                               target=GPUTarget("cuda", 90, 32), options=dict(num_warps=warps))
     ptx = compiled.asm["ptx"].splitlines()
-    start = next(i for i, line in enumerate(ptx) if ".lr.ph" in line)  # the loop's preheader ends here
-    end = next(i for i, line in enumerate(ptx) if "_crit_edge" in line and i > start)
-    body = [line.strip() for line in ptx[start:end]]
-    body = [line for line in body if line and not line.startswith((".loc", "$L", "//", "{", "}"))]
     columns = constexprs["BLOCK"] // (32 * warps)
+    start = next(i for i, line in enumerate(ptx) if "Loop Header" in line)  # under the vocabulary loop's label
+    label = (ptx[start] if ptx[start].startswith("$L") else ptx[start - 1]).split(":")[0]
+    end = next(i for i, line in enumerate(ptx) if i > start and "bra" in line and line.strip().endswith(label + ";"))
+    body = [line.strip() for line in ptx[start + 1:end + 1]]
+    body = [line for line in body if line and not line.startswith((".", "$L", "//", "{", "}", ")"))]
     ops = ("mul.hi", "fma", "ex2", "div.rn")
     counts = {"instructions": len(body)} | {op: sum(op in line for line in body) for op in ops}
     return {op: round(n / columns, 1) for op, n in counts.items()}
@@ -49,7 +50,7 @@ def main():
     kernels = {
         "statistics, sampling": (rs._vocab_stats_kernel, stats | dict(GREEDY=False)),
         "statistics, greedy": (rs._vocab_stats_kernel, stats | dict(GREEDY=True)),
-        "race": (rs._sample_kernel, dict(NSPLIT=16, BLOCK=args.block, GAMMA_BLOCK=8, SPLIT_BLOCK=16, RSPLIT=32)),
+        "race": (rs._sample_kernel, dict(NSPLIT=16, BLOCK=args.block, GAMMA_BLOCK=8, SPLIT_BLOCK=16, RSPLIT=32, NT=8)),
     }
     print(f"PTX instructions per column of each vocabulary loop (sm_90, {args.dtype}, tile {args.block}, "
           f"{args.warps} warps)")

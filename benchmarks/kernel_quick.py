@@ -18,13 +18,13 @@ for mode in ("greedy", "sampling"):
             draft = torch.randn(batch, gamma, vocab, device="cuda").to(dtype)
             tokens = torch.randint(0, vocab, (batch, gamma), device="cuda")
             seed = draw_seed(torch.device("cuda"))  # [1]
-            u, w = draw_noise(batch, gamma, vocab, torch.device("cuda"))  # [B, γ], [B, V]: the reference's only
+            noise = draw_noise(batch, gamma, vocab, torch.device("cuda"))  # the reference's only
             if mode == "greedy":
                 fns = {"triton": lambda: verify_triton(target, tokens), "torch": lambda: verify_greedy_reference(target, tokens)}
             else:
                 fns = {
                     "triton": lambda: verify_triton(target, tokens, draft, seed),
-                    "torch": lambda: verify_sampling_reference(target, tokens, draft, u, w),
+                    "torch": lambda: verify_sampling_reference(target, tokens, draft, *noise),
                 }
             for name, fn in fns.items():
                 us = triton.testing.do_bench(fn, warmup=25, rep=100) * 1000

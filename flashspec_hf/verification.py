@@ -48,8 +48,8 @@ def verify(
 
         return verify_triton(target_logits, draft_tokens, draft_logits, draw_seed(target_logits.device))
     batch_size, gamma = draft_tokens.shape
-    uniforms, weights = draw_noise(batch_size, gamma, target_logits.shape[-1], target_logits.device)
-    return verify_sampling_reference(target_logits, draft_tokens, draft_logits, uniforms, weights)
+    noise = draw_noise(batch_size, gamma, target_logits.shape[-1], target_logits.device)  # [B, γ], [B, V], [B, tiles]
+    return verify_sampling_reference(target_logits, draft_tokens, draft_logits, *noise)
 
 
 def _use_triton(device: torch.device) -> bool:

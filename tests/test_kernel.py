@@ -39,13 +39,17 @@ SHAPES = dict(  # hypothesis strategies shared by the kernel tests: odd vocabula
 
 
 @settings(max_examples=25, deadline=None)
-@given(**SHAPES, agreement=st.sampled_from([0.0, 0.9, 1.0]), race_splits=st.integers(1, 4))
-def test_sampling_kernel_matches_reference(batch, gamma, vocab, dtype, seed, agreement, splits, race_splits):
+@given(**SHAPES, agreement=st.sampled_from([0.0, 0.9, 1.0]), race_splits=st.integers(1, 4),
+       race_tile=st.sampled_from([4, 16, 64, 1024]))
+def test_sampling_kernel_matches_reference(batch, gamma, vocab, dtype, seed, agreement, splits, race_splits,
+                                           race_tile):
     target, draft, g = _case(batch, gamma, vocab, dtype, seed, agreement)
     tokens = torch.multinomial(draft.float().softmax(-1).view(-1, vocab), 1, generator=g).view(batch, gamma)
     seed = torch.randint(2**63 - 1, (1,), generator=g)
-    want = verify_sampling_reference(target, tokens, draft, *philox_noise(seed, batch, gamma, vocab))
-    got = verify_triton(target, tokens, draft, seed, block_size=32, num_splits=splits, sample_splits=race_splits)
+    noise = philox_noise(seed, batch, gamma, vocab, race_tile)  # [B, γ], [B, V], [B, tiles]
+    want = verify_sampling_reference(target, tokens, draft, *noise, race_tile=race_tile)
+    got = verify_triton(target, tokens, draft, seed, block_size=32, num_splits=splits, sample_splits=race_splits,
+                        race_tile=race_tile)
     assert torch.equal(got[1], want[1]), "accepted counts differ"
     assert torch.equal(got[0], want[0]), "output tokens differ"
 
@@ -101,12 +105,13 @@ def test_sampling_edge_cases(verify):
 @pytest.mark.parametrize("draw", ["torch", "philox"])
 def test_noise_is_never_degenerate(draw):
     if draw == "torch":
-        uniforms, weights = draw_noise(64, 16, 4096, torch.device("cpu"))
+        uniforms, weights, tile_weights = draw_noise(64, 16, 4096, torch.device("cpu"))
     else:
-        uniforms, weights = philox_noise(torch.tensor([3]), 64, 16, 4096)
-        assert (weights > 0).all()
-    assert (uniforms > 0).all() and (uniforms <= 1).all()
+        uniforms, weights, tile_weights = philox_noise(torch.tensor([3]), 64, 16, 4096)
+        assert (weights > 0).all() and (tile_weights > 0).all()
+    assert (uniforms > 0).all() and (uniforms <= 1).all() and tile_weights.shape == (64, 4)
     assert torch.isfinite(weights).all() and (weights >= 0).all()
+    assert torch.isfinite(tile_weights).all() and (tile_weights >= 0).all()
 
 
 def _joint_counts(sampler, target, draft, samples):
@@ -119,8 +124,8 @@ def _joint_counts(sampler, target, draft, samples):
 
     def step(n):
         tokens = torch.multinomial(draft[0].softmax(-1), n, replacement=True).T  # [n, γ=2]
-        uniforms, weights = draw_noise(n, 2, vocab, torch.device("cpu"))
-        out, _ = sampler(target.expand(n, -1, -1), tokens, draft.expand(n, -1, -1), uniforms, weights)
+        noise = draw_noise(n, 2, vocab, torch.device("cpu"), race_tile=2)  # three tiles of two tokens
+        out, _ = sampler(target.expand(n, -1, -1), tokens, draft.expand(n, -1, -1), *noise, race_tile=2)
         return out
 
     out = step(samples)  # [N, 3]
@@ -130,7 +135,7 @@ def _joint_counts(sampler, target, draft, samples):
     return torch.bincount(out[:, 0] * vocab + out[:, 1], minlength=vocab * vocab)
 
 
-def _broken_sampler(target, tokens, draft, uniforms, weights):
+def _broken_sampler(target, tokens, draft, uniforms, weights, tile_weights, race_tile):
     """Accepts every draft: outputs follow the draft, not the target (the gate must catch this)."""
     out = torch.cat([tokens, tokens[:, :1]], dim=1)
     return out, torch.full((tokens.shape[0],), tokens.shape[1])
@@ -159,16 +164,21 @@ RACE_R = torch.tensor([0.45, 0.25, 0.15, 0.1, 0.05, 0.0])  # unnormalised r; the
 
 @pytest.mark.parametrize("noise, inverted", [("torch", False), ("philox", False), ("philox", True)])
 def test_the_race_samples_r_normalised(noise, inverted):
-    """``argmax(r · w)`` over 20,000 rows of race weights (the CPU path's and the kernel's Philox twin's) follows
-    ``r / sum(r)`` (chi-square, α = 0.01); ``r / w``, a race with its weights inverted, must fail the same gate."""
+    """The two-level race over 20,000 rows of race weights (the CPU path's and the kernel's Philox twin's; tiles of
+    two columns, so three tiles) follows ``r / sum(r)`` (chi-square, α = 0.01); a race with its weights inverted
+    (``r / w``) must fail the same gate."""
+    from flashspec_hf.kernels.reference import _two_level_race
+
     rows = 20_000
     if noise == "torch":
         torch.manual_seed(99)
-        _, weights = draw_noise(rows, 1, len(RACE_R), torch.device("cpu"))  # [N, 6]
+        _, weights, tile_weights = draw_noise(rows, 1, len(RACE_R), torch.device("cpu"), race_tile=2)  # [N, 6], [N, 3]
     else:
-        _, weights = philox_noise(torch.tensor([99]), rows, 1, len(RACE_R))  # [N, 6]
-    race = RACE_R / weights if inverted else RACE_R * weights
-    counts = torch.bincount(race.argmax(dim=-1), minlength=len(RACE_R))
+        _, weights, tile_weights = philox_noise(torch.tensor([99]), rows, 1, len(RACE_R), race_tile=2)
+    if inverted:
+        weights, tile_weights = 1 / weights, 1 / tile_weights
+    r = RACE_R.expand(rows, -1)
+    counts = torch.bincount(_two_level_race(r, r, weights, tile_weights, 2), minlength=len(RACE_R))
     assert counts[-1] == 0
     p_value = chisquare(counts[:-1].double().numpy(), (RACE_R[:-1].double() * rows).numpy()).pvalue
     assert (p_value > 0.01) != inverted
@@ -194,12 +204,13 @@ def test_empty_residual_falls_back_to_p(verify, race_splits):
     target[0, 0, 8] -= below
     tokens = torch.tensor([[8]])
     seed = torch.tensor([36_842_616])  # found by search: the kernel's uniform at row 0, position 0 is 1.0
-    uniforms, weights = philox_noise(seed, 1, gamma, vocab)
+    uniforms, weights, tile_weights = philox_noise(seed, 1, gamma, vocab, race_tile=8)  # 10 tiles, p's in 1 and 2
     assert uniforms.item() == 1.0
     if verify == "reference":
-        out, n = verify_sampling_reference(target, tokens, draft, uniforms, weights)
+        out, n = verify_sampling_reference(target, tokens, draft, uniforms, weights, tile_weights, race_tile=8)
     else:
-        out, n = verify_triton(target, tokens, draft, seed, block_size=16, num_splits=2, sample_splits=race_splits)
+        out, n = verify_triton(target, tokens, draft, seed, block_size=16, num_splits=2, sample_splits=race_splits,
+                               race_tile=8)
     assert n.item() == 0 and 7 <= out[0, 0].item() < 10
 
 

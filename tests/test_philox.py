@@ -117,17 +117,20 @@ def test_conversions_at_the_edge_words():
 
 
 def test_counter_layout_gives_every_draw_its_own_word():
-    """No two (row, position) uniforms or (row, vocabulary index) race weights of a step share a Philox word."""
-    uniform_bits, weight_bits = philox_bits(torch.tensor([11]), 16, 16, 300)
-    words = torch.cat([uniform_bits.flatten(), weight_bits.flatten()])
+    """No two (row, position) uniforms, (row, vocabulary index) or (row, tile) race weights of a step share a Philox
+    word."""
+    uniform_bits, weight_bits, tile_bits = philox_bits(torch.tensor([11]), 16, 16, 300, race_tile=8)
+    assert tile_bits.shape == (16, 38)
+    words = torch.cat([uniform_bits.flatten(), weight_bits.flatten(), tile_bits.flatten()])
     assert words.unique().numel() == words.numel()
 
 
 def test_noise_follows_its_laws():
-    uniforms, weights = philox_noise(torch.tensor([5]), 64, 16, 4096)
+    uniforms, weights, tile_weights = philox_noise(torch.tensor([5]), 64, 16, 4096, race_tile=16)
     assert stats.kstest(uniforms.flatten().double().numpy(), "uniform").pvalue > 0.01
-    exponentials = 1.0 / weights.double()  # E ~ Exp(1)
-    assert stats.kstest(exponentials.flatten().numpy(), "expon").pvalue > 0.01
+    for w in (weights, tile_weights):
+        assert stats.kstest((1.0 / w.double()).flatten().numpy(), "expon").pvalue > 0.01  # E ~ Exp(1)
+    exponentials = 1.0 / weights.double()
     rows = exponentials[:, :1000]  # adjacent rows uncorrelated
     assert abs(torch.corrcoef(rows[:2])[0, 1]) < 0.15
 

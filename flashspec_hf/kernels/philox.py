@@ -8,11 +8,13 @@ logits' device (:func:`draw_seed`), so ``torch.manual_seed`` makes runs repeatab
 and the draw is CUDA-graph capturable.
 
 Counter layout (:func:`stream_offset_tl` + index): row ``b`` draws the race weight of vocabulary index ``v`` from
-word ``v mod 4`` of counter ``(v div 4, 2b, 0, 0)`` (one Philox evaluation per four columns) and the acceptance
-uniform of draft position ``i`` from the first word at ``(i, 2b + 1, 0, 0)``: no two draws of one step share a word
-(``B < 2^31``). The weights serve the exponential race: with ``E_v`` i.i.d. ``Exp(1)``, ``argmax_v r_v / E_v`` is a
-sample of ``r / sum(r)`` (the Gumbel-max trick without its logarithms: ``-log E_v`` is Gumbel noise); one row of
-``V`` suffices per step, as each row samples one recovered or bonus token.
+word ``v mod 4`` of counter ``(v div 4, 2b, 0, 0)`` (one Philox evaluation per four columns), the weight of race tile
+``t`` from the first word at ``(TILE_COUNTER + t, 2b, 0, 0)`` (past every vocabulary counter for ``V < 2^32``) and
+the acceptance uniform of draft position ``i`` from the first word at ``(i, 2b + 1, 0, 0)``: no two draws of one
+step share a word (``B < 2^31``). The weights serve the two-level exponential race
+(:mod:`flashspec_hf.kernels.reference`): with ``E_v`` i.i.d. ``Exp(1)``, ``argmax_v r_v / E_v`` is a sample of
+``r / sum(r)`` (the Gumbel-max trick without its logarithms: ``-log E_v`` is Gumbel noise); one row of ``V``
+suffices per step, as each row samples one recovered or bonus token, and the kernel reads the weights of one tile.
 
 Each 32-bit word ``x`` becomes ``U = (x + 1/2) / 2^32``, rounded to float32 (in ``(0, 1]``, never 0, so its log is
 finite), and the race weight is ``1 / E`` with ``E = -log U ~ Exp(1)``, computed from the word's complement
@@ -21,8 +23,9 @@ large vocabulary (small ``E``) live. ``E`` lies in ``[1.2e-10, 22.9]``, so the w
 
 The ``*_tl`` functions run inside the kernel; their ``*_torch`` twins and :func:`philox_noise` repeat the same integer
 and float32 arithmetic on int64 tensors holding uint32 values: the oracle the kernel is tested against (equal words
-and uniforms; weights equal up to a few ulps, as the implementations of ``log`` differ: kernel and reference then
-agree token for token unless two race values of a row lie within that rounding, about once in 10^7 rows).
+and uniforms; weights equal up to a few ulps, as the implementations of ``log`` differ, and the tiles' masses are
+float32 sums taken in another order: kernel and reference then agree token for token unless two race values of a
+row lie within that rounding, about once in 10^7 rows).
 """
 
 from __future__ import annotations
@@ -31,7 +34,10 @@ import torch
 import triton
 import triton.language as tl
 
+from .reference import RACE_TILE
+
 RACE_STREAM, UNIFORM_STREAM = tl.constexpr(0), tl.constexpr(1)  # counter high word 2b + stream
+TILE_COUNTER = tl.constexpr(2**30)  # counter index of race tile 0 in the race stream (vocabulary counters: V / 4)
 _TWO_POW_MINUS_32 = tl.constexpr(2.3283064365386963e-10)  # 2^-32, exact in float32
 _M32 = 0xFFFFFFFF
 _ROUND_A, _ROUND_B = 0xD2511F53, 0xCD9E8D57  # Philox 4x32 multipliers
@@ -94,28 +100,36 @@ def race_weight_tl(bits):
     return tl.div_rn(num, den)
 
 
-def philox_noise(seed: torch.Tensor, batch_size: int, gamma: int, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """What the kernel draws for ``seed``, in PyTorch: ``uniforms`` and ``weights`` for ``verify_sampling_reference``.
+def philox_noise(seed: torch.Tensor, batch_size: int, gamma: int, vocab_size: int,
+                 race_tile: int = RACE_TILE) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What the kernel draws for ``seed``, in PyTorch: ``uniforms``, ``weights`` and ``tile_weights`` for
+    ``verify_sampling_reference``.
 
     Args:
         seed: int64 ``[1]`` (any device), as from :func:`draw_seed`.
-        batch_size, gamma, vocab_size: ``B``, ``γ`` and ``V``.
+        batch_size, gamma, vocab_size: ``B``, ``γ`` and ``V``; race_tile: columns per race tile (the kernel's).
 
     Returns:
-        uniforms: float32 ``[B, γ]`` in ``(0, 1]``; weights: float32 ``[B, V]``, positive and finite.
+        uniforms: float32 ``[B, γ]`` in ``(0, 1]``; weights: float32 ``[B, V]`` and tile_weights: float32
+        ``[B, ceil(V / race_tile)]``, positive and finite.
     """
-    uniform_bits, weight_bits = philox_bits(seed, batch_size, gamma, vocab_size)
-    return uniform_torch(uniform_bits), race_weight_torch(weight_bits)
+    uniform_bits, weight_bits, tile_bits = philox_bits(seed, batch_size, gamma, vocab_size, race_tile)
+    return uniform_torch(uniform_bits), race_weight_torch(weight_bits), race_weight_torch(tile_bits)
 
 
-def philox_bits(seed: torch.Tensor, batch_size: int, gamma: int, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The Philox words behind :func:`philox_noise`: uint32 values in int64 tensors ``[B, γ]`` and ``[B, V]``."""
+def philox_bits(seed: torch.Tensor, batch_size: int, gamma: int, vocab_size: int,
+                race_tile: int = RACE_TILE) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The Philox words behind :func:`philox_noise`: uint32 values in int64 tensors ``[B, γ]``, ``[B, V]`` and
+    ``[B, ceil(V / race_tile)]``."""
     rows = torch.arange(batch_size, device=seed.device).unsqueeze(1)  # [B, 1]
     positions = torch.arange(gamma, device=seed.device)  # [γ]
     counters = torch.arange((vocab_size + 3) // 4, device=seed.device)  # [ceil(V / 4)]: four vocabulary words each
+    tiles = torch.arange(-(-vocab_size // race_tile), device=seed.device) + int(TILE_COUNTER)  # [ceil(V / tile)]
+    race = stream_offset_torch(rows, RACE_STREAM)  # [B, 1]
     uniform_bits = randint_torch(seed, stream_offset_torch(rows, UNIFORM_STREAM) + positions)  # [B, γ]
-    words = randint4_torch(seed, stream_offset_torch(rows, RACE_STREAM) + counters)  # [B, ceil(V / 4), 4]
-    return uniform_bits, words.flatten(1)[:, :vocab_size]  # [B, V]: index v is word v % 4 of counter v // 4
+    words = randint4_torch(seed, race + counters)  # [B, ceil(V / 4), 4]
+    # [B, V]: index v is word v % 4 of counter v // 4; [B, tiles]: tile t is the first word of its counter
+    return uniform_bits, words.flatten(1)[:, :vocab_size], randint_torch(seed, race + tiles)
 
 
 def randint_torch(seed: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:

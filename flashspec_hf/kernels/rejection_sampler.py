@@ -11,11 +11,17 @@ bit for bit on accepted counts and tokens). Three launches, none of which reads 
 2. :func:`_sample_kernel` (sampling only), grid ``(B, RSPLIT)``, its own vocabulary split (``B`` rows, not
    ``B·(γ+1)``, must fill the device): combines the partial log-sum-exps, tests
    ``log u_i <= log p_i(x_i) - log q_i(x_i)`` for every draft token, finds the first rejection ``k`` and streams
-   its chunk of position ``k`` for the exponential race ``argmax(r · w)`` over ``r = max(0, p_k - q_k)`` (or
-   ``p_{γ+1}``), ``w = 1 / E``, ``E ~ Exp(1)``. The uniforms ``u`` and the weights ``w`` are drawn right there,
-   from a counter-based Philox keyed by a seed tensor (:mod:`flashspec_hf.kernels.philox`; one Philox evaluation
-   per four columns): no ``[B, V]`` noise tensor exists.
-3. :func:`_finalize_kernel`, grid ``(B,)``: reduces the per-chunk winners and writes the output row.
+   its chunk of position ``k``, summing ``r = max(0, p_k - q_k)`` (or ``p_{γ+1}``) over each race tile of
+   ``race_tile`` columns; the first level of the two-level exponential race (:mod:`~flashspec_hf.kernels.reference`)
+   races the chunk's tiles, ``argmax(R_t · w_t)``, ``w = 1 / E``, ``E ~ Exp(1)``. No randomness per column here:
+   the loop is two exponentials and two sums per column (21 PTX instructions per column for sm_90 against 101 for
+   the one-level race it replaces, ``benchmarks/kernel_ptx.py``).
+3. :func:`_finalize_kernel`, grid ``(B,)``: reduces the per-chunk winners; when sampling, races the columns of the
+   winning tile (``race_tile`` columns per row) and writes the output row.
+
+The uniforms ``u`` and the weights ``w`` are drawn where they are used, from a counter-based Philox keyed by a seed
+tensor (:mod:`flashspec_hf.kernels.philox`; one Philox evaluation per four columns of the winning tile): no
+``[B, V]`` noise tensor exists.
 """
 
 from __future__ import annotations
@@ -26,8 +32,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .philox import RACE_STREAM, UNIFORM_STREAM, race_weight_tl, randint4_tl, randint_tl, stream_offset_tl, uniform_tl
-from .reference import PLACEHOLDER_TOKEN_ID
+from .philox import (RACE_STREAM, TILE_COUNTER, UNIFORM_STREAM, race_weight_tl, randint4_tl, randint_tl,
+                     stream_offset_tl, uniform_tl)
+from .reference import PLACEHOLDER_TOKEN_ID, RACE_TILE
 
 _BIG_INDEX = tl.constexpr(2**31 - 1)  # larger than any vocabulary index: loses every min()
 # Launch defaults per mode, (tile columns, warps, programs per SM): the fastest of benchmarks/kernel_tune's sweep at
@@ -48,6 +55,7 @@ def verify_triton(
     num_splits: int | None = None,
     sample_splits: int | None = None,
     num_warps: int | None = None,
+    race_tile: int = RACE_TILE,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Verify one speculative step for a batch; greedy when ``draft_logits`` is None, else speculative sampling.
 
@@ -62,9 +70,12 @@ def verify_triton(
         num_splits: vocabulary chunks per logits row in the statistics pass (``B·(γ+1)`` rows); default fills the
             device (:data:`LAUNCH`'s programs per SM).
         sample_splits: vocabulary chunks per batch row in the sampling race (``B`` rows); default fills the device
-            the same way. It never changes the result (the noise is keyed by column, ties go to the lowest column);
-            ``num_splits`` and ``block_size`` change only the float32 rounding of the log-sum-exp partials.
+            the same way. It never changes the result (the noise is keyed by tile and column, ties go to the lowest
+            tile, then column); ``num_splits`` and ``block_size`` change only the float32 rounding of the log-sum-exp
+            partials.
         num_warps: warps per program; default from :data:`LAUNCH`.
+        race_tile: columns per tile of the two-level race (a power of two, at least 4); it defines the draw, so the
+            reference must be given the same (:data:`~flashspec_hf.kernels.reference.RACE_TILE` for both by default).
 
     Returns:
         output_tokens: int64 ``[B, γ + 1]`` (accepted, then recovered/bonus, then -1); num_accepted: int64 ``[B]``.
@@ -73,9 +84,11 @@ def verify_triton(
         ValueError: on shape or vocabulary mismatches between the arguments, or launch parameters out of range.
     """
     if any(n is not None and n < 1 for n in (num_splits, sample_splits, num_warps)) or (
-            block_size is not None and (block_size < _VEC or block_size & (block_size - 1))):
-        raise ValueError(f"num_splits, sample_splits and num_warps must be >= 1 and block_size a power of two >= "
-                         f"{_VEC}, got {num_splits}, {sample_splits}, {num_warps}, {block_size}")
+            block_size is not None and (block_size < _VEC or block_size & (block_size - 1))) or (
+            race_tile < 4 or race_tile & (race_tile - 1)):
+        raise ValueError(f"num_splits, sample_splits and num_warps must be >= 1, block_size a power of two >= {_VEC} "
+                         f"and race_tile one >= 4, got {num_splits}, {sample_splits}, {num_warps}, {block_size}, "
+                         f"{race_tile}")
     batch_size, positions, vocab_size = target_logits.shape
     gamma = positions - 1
     greedy = draft_logits is None
@@ -116,22 +129,27 @@ def verify_triton(
         )
         # per chunk, the race winner over the residual and over p (fallback when the residual is empty)
         race_splits, race_chunk = _split(
-            sample_splits or _default_splits(batch_size, vocab_size, block_size, programs_per_sm, device),
-            vocab_size, block_size,
+            sample_splits or _default_splits(batch_size, vocab_size, race_tile, programs_per_sm, device),
+            vocab_size, race_tile,
         )
         win_val = torch.empty(2, batch_size, race_splits, dtype=torch.float32, device=device)  # [2, B, RSPLIT]
         win_idx = torch.empty(2, batch_size, race_splits, dtype=torch.int32, device=device)  # [2, B, RSPLIT]
+        lse = torch.empty(batch_size, 2, dtype=torch.float32, device=device)  # [B, 2]
         _sample_kernel[(batch_size, race_splits)](
             target_logits, draft_logits, draft_tokens, seed,
-            t_max, t_aux, d_max, d_sum, win_val, win_idx, num_accepted,
+            t_max, t_aux, d_max, d_sum, win_val, win_idx, num_accepted, lse,
             gamma, batch_size, vocab_size, *target_logits.stride()[:2], *draft_logits.stride()[:2], race_chunk,
-            GAMMA_BLOCK=gamma_block, SPLIT_BLOCK=split_block, RSPLIT=race_splits, **meta,
+            NSPLIT=num_splits, BLOCK=race_tile, GAMMA_BLOCK=gamma_block, SPLIT_BLOCK=split_block, RSPLIT=race_splits,
+            NT=triton.next_power_of_2(race_chunk // race_tile), num_warps=num_warps,
         )
     final_splits = num_splits if greedy else race_splits  # the chunks whose winners finalize reduces
+    sampled = (target_logits, target_logits, t_max, t_max) if greedy else (target_logits, draft_logits, seed, lse)
+    d_strides = target_logits.stride()[:2] if greedy else draft_logits.stride()[:2]
     _finalize_kernel[(batch_size,)](
-        draft_tokens, t_max, t_aux, win_val, win_idx, out, num_accepted, gamma, batch_size,
-        NSPLIT=final_splits, GAMMA_BLOCK=gamma_block, SPLIT_BLOCK=triton.next_power_of_2(final_splits), GREEDY=greedy,
-        PLACEHOLDER=PLACEHOLDER_TOKEN_ID,
+        draft_tokens, t_max, t_aux, win_val, win_idx, out, num_accepted, *sampled, gamma, batch_size, vocab_size,
+        *target_logits.stride()[:2], *d_strides,
+        NSPLIT=final_splits, GAMMA_BLOCK=gamma_block, SPLIT_BLOCK=triton.next_power_of_2(final_splits),
+        TILE=race_tile, GREEDY=greedy, PLACEHOLDER=PLACEHOLDER_TOKEN_ID,
     )
     return out, num_accepted
 
@@ -230,9 +248,10 @@ def _sample_kernel(
     t_sum_ptr,  # [B*(γ+1), NSPLIT]
     d_max_ptr,  # [B*γ, NSPLIT]
     d_sum_ptr,  # [B*γ, NSPLIT]
-    win_val_ptr,  # [2, B, RSPLIT] float32 best race value per chunk (0: none): over the residual, over p
-    win_idx_ptr,  # [2, B, RSPLIT] int32 its column
+    win_val_ptr,  # [2, B, RSPLIT] float32 best tile race value per chunk (0: none): over the residual, over p
+    win_idx_ptr,  # [2, B, RSPLIT] int32 its tile
     num_accepted_ptr,  # [B] int64
+    lse_ptr,  # [B, 2] float32: log-sum-exp of the target's and the draft's logits at position k
     gamma,
     B,
     V,
@@ -242,12 +261,12 @@ def _sample_kernel(
     d_stride_p,
     chunk,
     NSPLIT: tl.constexpr,  # chunks of the statistics pass
-    BLOCK: tl.constexpr,
+    BLOCK: tl.constexpr,  # the race tile
     GAMMA_BLOCK: tl.constexpr,
     SPLIT_BLOCK: tl.constexpr,
     RSPLIT: tl.constexpr,  # chunks of this race (program_id(1) < RSPLIT)
+    NT: tl.constexpr,  # tiles per chunk, rounded up to a power of two
 ):
-    tl.static_assert(BLOCK % 4 == 0)  # four columns per Philox counter
     b = tl.program_id(0)
     split = tl.program_id(1)
     g = tl.arange(0, GAMMA_BLOCK)  # position
@@ -268,38 +287,34 @@ def _sample_kernel(
     d_lse_k = tl.sum(tl.where(g == k, d_lse, 0.0), axis=0)
     is_bonus = k == gamma
     draft_vocab = tl.where(is_bonus, 0, V)  # no draft row at the bonus position: q = 0
-    lanes = tl.arange(0, BLOCK // 4)[:, None] * 4 + tl.arange(0, 4)[None, :]  # [BLOCK/4, 4]: a Philox counter per row
     start = split * chunk
-    best = tl.zeros([BLOCK // 4, 4], tl.float32)  # race over the residual (p at the bonus position); 0 = no entry
-    best_idx = start + lanes
-    best_p = tl.zeros([BLOCK // 4, 4], tl.float32)  # race over p: used if the residual is empty
-    best_p_idx = start + lanes
-    race_offset = stream_offset_tl(b, RACE_STREAM)
-    for off in range(start, start + chunk, BLOCK):
-        cols = off + lanes
-        p = tl.exp(tl.load(t_base + k * t_stride_p + cols, mask=cols < V, other=float("-inf")).to(tl.float32) - t_lse_k)
-        lq = tl.load(d_base + k * d_stride_p + cols, mask=cols < draft_vocab, other=float("-inf"))
+    limit = tl.minimum(start + chunk, V)  # columns of this chunk: [start, limit)
+    t = tl.arange(0, NT)  # tile of the chunk
+    mass = tl.zeros([NT], tl.float32)  # per tile: sum of the residual (of p at the bonus position)
+    mass_p = tl.zeros([NT], tl.float32)  # per tile: sum of p (the race over p is used if the residual is empty)
+    for i in range(0, NT):  # the chunk's tiles; those past it (NT is a power of two) load nothing
+        cols = start + i * BLOCK + tl.arange(0, BLOCK)
+        p = tl.exp(tl.load(t_base + k * t_stride_p + cols, mask=cols < limit, other=float("-inf")).to(tl.float32)
+                   - t_lse_k)
+        lq = tl.load(d_base + k * d_stride_p + cols, mask=cols < tl.minimum(limit, draft_vocab), other=float("-inf"))
         r = tl.where(is_bonus, p, tl.maximum(p - tl.exp(lq.to(tl.float32) - d_lse_k), 0.0))
-        weight = race_weight_tl(randint4_tl(seed, race_offset + off // 4 + tl.arange(0, BLOCK // 4)))  # c: word c % 4
-        race = r * weight  # 0 outside the vocabulary
-        better = race > best
-        best_idx = tl.where(better, cols, best_idx)
-        best = tl.where(better, race, best)
-        race_p = p * weight
-        better_p = race_p > best_p
-        best_p_idx = tl.where(better_p, cols, best_p_idx)
-        best_p = tl.where(better_p, race_p, best_p)
-    best, best_idx = tl.reshape(best, [BLOCK]), tl.reshape(best_idx, [BLOCK])
-    best_p, best_p_idx = tl.reshape(best_p, [BLOCK]), tl.reshape(best_p_idx, [BLOCK])
+        mass = tl.where(t == i, tl.sum(r, axis=0), mass)
+        mass_p = tl.where(t == i, tl.sum(p, axis=0), mass_p)
+    tiles = start // BLOCK + t  # [NT] vocabulary tile index
+    weight = race_weight_tl(randint_tl(seed, stream_offset_tl(b, RACE_STREAM) + TILE_COUNTER + tiles))  # [NT]
     slot = b * RSPLIT + split
-    m = tl.max(best, axis=0)
-    tl.store(win_val_ptr + slot, m)
-    tl.store(win_idx_ptr + slot, tl.min(tl.where(best == m, best_idx, _BIG_INDEX), axis=0))
-    m_p = tl.max(best_p, axis=0)
-    tl.store(win_val_ptr + B * RSPLIT + slot, m_p)
-    tl.store(win_idx_ptr + B * RSPLIT + slot, tl.min(tl.where(best_p == m_p, best_p_idx, _BIG_INDEX), axis=0))
+    race = mass * weight  # 0 for an empty tile
+    best = tl.max(race, axis=0)
+    tl.store(win_val_ptr + slot, best)
+    tl.store(win_idx_ptr + slot, tl.min(tl.where(race == best, tiles, _BIG_INDEX), axis=0))  # earliest on ties
+    race_p = mass_p * weight
+    best_p = tl.max(race_p, axis=0)
+    tl.store(win_val_ptr + B * RSPLIT + slot, best_p)
+    tl.store(win_idx_ptr + B * RSPLIT + slot, tl.min(tl.where(race_p == best_p, tiles, _BIG_INDEX), axis=0))
     if split == 0:
         tl.store(num_accepted_ptr + b, k.to(tl.int64))
+        tl.store(lse_ptr + 2 * b, t_lse_k)
+        tl.store(lse_ptr + 2 * b + 1, d_lse_k)
 
 
 @triton.jit
@@ -308,14 +323,24 @@ def _finalize_kernel(
     t_max_ptr,  # [B*(γ+1), NSPLIT] float32 (greedy: per-chunk max)
     t_arg_ptr,  # [B*(γ+1), NSPLIT] int32 (greedy: per-chunk argmax)
     win_val_ptr,  # [2, B, NSPLIT] float32 (sampling: NSPLIT is the race's split count)
-    win_idx_ptr,  # [2, B, NSPLIT] int32 (sampling)
+    win_idx_ptr,  # [2, B, NSPLIT] int32 (sampling: tiles)
     out_ptr,  # [B, γ+1] int64
     num_accepted_ptr,  # [B] int64: written (greedy) or read (sampling)
+    target_ptr,  # [B, γ+1, V] (sampling)
+    draft_ptr,  # [B, γ, V] (sampling)
+    seed_ptr,  # [1] int64 (sampling)
+    lse_ptr,  # [B, 2] float32 (sampling)
     gamma,
     B,
+    V,
+    t_stride_b,
+    t_stride_p,
+    d_stride_b,
+    d_stride_p,
     NSPLIT: tl.constexpr,
     GAMMA_BLOCK: tl.constexpr,
     SPLIT_BLOCK: tl.constexpr,
+    TILE: tl.constexpr,  # the race tile (sampling)
     GREEDY: tl.constexpr,
     PLACEHOLDER: tl.constexpr,
 ):
@@ -334,16 +359,26 @@ def _finalize_kernel(
         k = tl.min(tl.where(is_draft & (x != argmax), g, gamma), axis=0)
         extra = tl.sum(tl.where(g == k, argmax, 0), axis=0)
         tl.store(num_accepted_ptr + b, k.to(tl.int64))
-    else:
+    else:  # the tile that won the race over the chunks, then the race over its columns
         pv = tl.load(win_val_ptr + b * NSPLIT + s, mask=s < NSPLIT, other=0.0)
         pi = tl.load(win_idx_ptr + b * NSPLIT + s, mask=s < NSPLIT, other=_BIG_INDEX)
         pv_p = tl.load(win_val_ptr + (B + b) * NSPLIT + s, mask=s < NSPLIT, other=0.0)
         pi_p = tl.load(win_idx_ptr + (B + b) * NSPLIT + s, mask=s < NSPLIT, other=_BIG_INDEX)
-        m = tl.max(pv, axis=0)
-        residual_empty = m == 0.0
+        residual_empty = tl.max(pv, axis=0) == 0.0
         pv = tl.where(residual_empty, pv_p, pv)
         pi = tl.where(residual_empty, pi_p, pi)
-        extra = tl.min(tl.where(pv == tl.max(pv, axis=0), pi, _BIG_INDEX), axis=0).to(tl.int64)
+        tile = tl.min(tl.where(pv == tl.max(pv, axis=0), pi, _BIG_INDEX), axis=0)  # the earliest tile among ties
         k = tl.load(num_accepted_ptr + b).to(tl.int32)
+        cols = tile * TILE + tl.arange(0, TILE)  # [TILE]
+        t_row = target_ptr + b.to(tl.int64) * t_stride_b + k * t_stride_p
+        p = tl.exp(tl.load(t_row + cols, mask=cols < V, other=float("-inf")).to(tl.float32) - tl.load(lse_ptr + 2 * b))
+        is_bonus = k == gamma
+        d_row = draft_ptr + b.to(tl.int64) * d_stride_b + k * d_stride_p
+        lq = tl.load(d_row + cols, mask=cols < tl.where(is_bonus, 0, V), other=float("-inf")).to(tl.float32)
+        r = tl.where(is_bonus, p, tl.maximum(p - tl.exp(lq - tl.load(lse_ptr + 2 * b + 1)), 0.0))
+        counters = stream_offset_tl(b, RACE_STREAM) + tile * (TILE // 4) + tl.arange(0, TILE // 4)  # [TILE/4]
+        weight = tl.reshape(race_weight_tl(randint4_tl(tl.load(seed_ptr), counters)), [TILE])  # column c: word c % 4
+        race = tl.where(residual_empty, p, r) * weight  # 0 outside the vocabulary
+        extra = tl.min(tl.where(race == tl.max(race, axis=0), cols, _BIG_INDEX), axis=0).to(tl.int64)
     row = tl.where(g < k, x, tl.where(g == k, extra, PLACEHOLDER))
     tl.store(out_ptr + b * (gamma + 1) + g, row, mask=g <= gamma)
