@@ -204,7 +204,7 @@ def test_empty_residual_falls_back_to_p(verify, race_splits):
     target[0, 0, 8] -= below
     tokens = torch.tensor([[8]])
     seed = torch.tensor([36_842_616])  # found by search: the kernel's uniform at row 0, position 0 is 1.0
-    uniforms, weights, tile_weights = philox_noise(seed, 1, gamma, vocab, race_tile=8)  # 10 tiles, p's in 1 and 2
+    uniforms, weights, tile_weights = philox_noise(seed, 1, gamma, vocab, race_tile=8)  # 5 tiles, p's in 0 and 1
     assert uniforms.item() == 1.0
     if verify == "reference":
         out, n = verify_sampling_reference(target, tokens, draft, uniforms, weights, tile_weights, race_tile=8)
@@ -215,7 +215,7 @@ def test_empty_residual_falls_back_to_p(verify, race_splits):
 
 
 @pytest.mark.parametrize("launch", [dict(num_splits=0), dict(sample_splits=-1), dict(num_warps=0), dict(block_size=24),
-                                    dict(block_size=4)])
+                                    dict(block_size=4), dict(race_tile=2), dict(race_tile=24)])
 def test_launch_parameters_out_of_range_are_refused(launch):
     target, draft, _ = _case(1, 2, 64, torch.float32, 0, 0.5)
     with pytest.raises(ValueError, match="power of two"):
@@ -231,3 +231,34 @@ def test_vocabulary_chunks_are_whole_tiles_and_never_empty(splits, vocab, log_bl
     got, chunk = _split(splits, vocab, block)
     assert chunk % block == 0 and 1 <= got <= splits
     assert (got - 1) * chunk < vocab <= got * chunk  # every chunk holds a valid column; together they cover V
+
+
+@pytest.mark.parametrize("race_splits", [1, 2])
+def test_sampling_kernel_matches_reference_over_default_tiles(race_splits):
+    """V = 2,500 in the default tiles of 1,024 columns: three tiles, a chunk padded to a power of two of tiles."""
+    batch, gamma, vocab = 3, 2, 2500
+    target, draft, g = _case(batch, gamma, vocab, torch.float32, 7, 0.5)
+    tokens = torch.multinomial(draft.softmax(-1).view(-1, vocab), 1, generator=g).view(batch, gamma)
+    for seed in range(4):
+        seed = torch.tensor([1000 + seed])
+        want = verify_sampling_reference(target, tokens, draft, *philox_noise(seed, batch, gamma, vocab))
+        got = verify_triton(target, tokens, draft, seed, num_splits=2, sample_splits=race_splits)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+def test_an_underflowing_tile_never_gives_a_token_without_mass():
+    """Residual mass of ~1e-45 (p = q but for rounding), so every ``r · w`` underflows: the token is still one with
+    mass (column 1 or 5 of two tiles of four), never the winning tile's first column (the kernel's finalize takes
+    the same branch)."""
+    from flashspec_hf.kernels.reference import _two_level_race
+
+    r = torch.tensor([0.0, 2e-45, 0.0, 0.0, 0.0, 1e-45, 0.0, 0.0]).expand(2_000, -1)
+    _, weights, tile_weights = philox_noise(torch.tensor([17]), 2_000, 1, 8, race_tile=4)
+    assert set(_two_level_race(r, r, weights, tile_weights, 4).tolist()) <= {1, 5}
+
+
+def test_reference_refuses_tile_weights_of_another_tile_size():
+    target, draft, g = _case(1, 1, 6, torch.float32, 0, 0.5)
+    tokens = torch.zeros(1, 1, dtype=torch.long)
+    with pytest.raises(ValueError, match="race_tile"):
+        verify_sampling_reference(target, tokens, draft, *draw_noise(1, 1, 6, torch.device("cpu")), race_tile=2)

@@ -8,6 +8,7 @@ import triton.language as tl
 from scipy import stats
 
 from flashspec_hf.kernels.philox import (
+    TILE_COUNTER,
     philox_bits,
     philox_noise,
     race_weight_tl,
@@ -123,6 +124,8 @@ def test_counter_layout_gives_every_draw_its_own_word():
     assert tile_bits.shape == (16, 38)
     words = torch.cat([uniform_bits.flatten(), weight_bits.flatten(), tile_bits.flatten()])
     assert words.unique().numel() == words.numel()
+    # for every V < 2^31: vocabulary counters (V / 4) stay below the tile counters, which stay below 2^32
+    assert (2**31 + 3) // 4 <= int(TILE_COUNTER) and int(TILE_COUNTER) + 2**31 // 4 < 2**32
 
 
 def test_noise_follows_its_laws():

@@ -18,8 +18,8 @@ as ``-log E`` is Gumbel noise), which samples from ``r`` without normalising, in
 into tiles of :data:`RACE_TILE` columns, a race over the tiles' masses ``R_t = sum_{v in t} r_v`` (one weight per
 tile) picks tile ``t`` with probability ``R_t / sum(R)``, and a race over the columns of that tile picks ``v`` with
 probability ``r_v / R_t``: ``r_v / sum(r)`` in all, with per-column randomness for one tile per row instead of the
-whole vocabulary. An entry whose ``r · w`` underflows float32 (``r`` below about 1e-38) never wins: at most
-``V · 1e-38`` of probability.
+whole vocabulary. Float32 underflow (entries below about 1e-38) moves at most ``V · 1e-38`` of probability, and
+never onto an entry with ``r = 0``.
 
 Randomness is an input (uniforms ``[B, γ]``, column weights ``[B, V]``, tile weights ``[B, ceil(V / tile)]``), so the
 reference is a deterministic function of its arguments: the CPU path feeds it :func:`draw_noise` (``torch.rand``);
@@ -125,9 +125,16 @@ def _two_level_race(r: torch.Tensor, p: torch.Tensor, weights: torch.Tensor, til
                     race_tile: int) -> torch.Tensor:
     """int64 ``[B]``: a sample of ``r / sum(r)`` per row (``r``, ``p`` float32 ``[B, V]``; module docstring), or of
     ``p`` when ``r`` has no mass (p = q up to rounding: a rejection then has probability ~1e-7), or every tile's
-    race value underflowed or met a zero weight. Ties go to the lowest tile, then the lowest column."""
+    race value underflowed or met a zero weight. Ties go to the lowest tile, then the lowest column. If every
+    product of the winning tile underflows (its entries below ~1e-38), its largest entry is taken.
+
+    Raises:
+        ValueError: ``tile_weights`` not drawn for ``race_tile``."""
     batch_size, vocab_size = r.shape
     tiles = tile_weights.shape[1]
+    if tiles != -(-vocab_size // race_tile):
+        raise ValueError(f"{tiles} tile weights for V = {vocab_size} in tiles of {race_tile}: draw the noise with "
+                         f"the same race_tile (draw_noise / philox_noise)")
     rows = torch.arange(batch_size, device=r.device)  # [B]
 
     def tiled(x: torch.Tensor) -> torch.Tensor:  # [B, V] -> [B, tiles, race_tile], zero past V
@@ -137,7 +144,9 @@ def _two_level_race(r: torch.Tensor, p: torch.Tensor, weights: torch.Tensor, til
     empty = ~(race_r > 0).any(dim=-1, keepdim=True)  # [B, 1]
     values = torch.where(empty.unsqueeze(-1), tiled(p), tiled(r))  # [B, tiles, race_tile]
     tile = torch.where(empty, values.sum(dim=-1) * tile_weights, race_r).argmax(dim=-1)  # [B]
-    race = values[rows, tile] * tiled(weights)[rows, tile]  # [B, race_tile]
+    values = values[rows, tile]  # [B, race_tile]
+    race = values * tiled(weights)[rows, tile]  # [B, race_tile]
+    race = torch.where((race > 0).any(dim=-1, keepdim=True), race, values)  # every product underflowed: the largest
     return tile * race_tile + race.argmax(dim=-1)
 
 

@@ -368,6 +368,7 @@ def _finalize_kernel(
         pv = tl.where(residual_empty, pv_p, pv)
         pi = tl.where(residual_empty, pi_p, pi)
         tile = tl.min(tl.where(pv == tl.max(pv, axis=0), pi, _BIG_INDEX), axis=0)  # the earliest tile among ties
+        tile = tl.minimum(tile, (V - 1) // TILE)  # NaN logits: every race value NaN, no tile won; stay in the row
         k = tl.load(num_accepted_ptr + b).to(tl.int32)
         cols = tile * TILE + tl.arange(0, TILE)  # [TILE]
         t_row = target_ptr + b.to(tl.int64) * t_stride_b + k * t_stride_p
@@ -378,7 +379,10 @@ def _finalize_kernel(
         r = tl.where(is_bonus, p, tl.maximum(p - tl.exp(lq - tl.load(lse_ptr + 2 * b + 1)), 0.0))
         counters = stream_offset_tl(b, RACE_STREAM) + tile * (TILE // 4) + tl.arange(0, TILE // 4)  # [TILE/4]
         weight = tl.reshape(race_weight_tl(randint4_tl(tl.load(seed_ptr), counters)), [TILE])  # column c: word c % 4
-        race = tl.where(residual_empty, p, r) * weight  # 0 outside the vocabulary
-        extra = tl.min(tl.where(race == tl.max(race, axis=0), cols, _BIG_INDEX), axis=0).to(tl.int64)
+        values = tl.where(residual_empty, p, r)  # [TILE], 0 outside the vocabulary
+        race = values * weight
+        race = tl.where(tl.max(race, axis=0) > 0.0, race, values)  # every product underflowed: the largest entry
+        extra = tl.min(tl.where(race == tl.max(race, axis=0), cols, _BIG_INDEX), axis=0)
+        extra = tl.minimum(extra, V - 1).to(tl.int64)  # NaN logits: no column won; stay in the vocabulary
     row = tl.where(g < k, x, tl.where(g == k, extra, PLACEHOLDER))
     tl.store(out_ptr + b * (gamma + 1) + g, row, mask=g <= gamma)
