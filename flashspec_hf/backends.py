@@ -35,6 +35,7 @@ from .buffers import Buffers
 from .columns import Columns
 from .reports import Report
 from .runners import DynamicRunner, EarlyExitRunner, Runner, StaticRunner, has_standard_static_layers, on_one_gpu
+from .selection import Selector
 from .target_parts import is_early_exit_of
 
 MAX_IN_FLIGHT = 3
@@ -93,9 +94,9 @@ class Backend(ABC):
         """Launch one step of ``arm``: ``run_step(arm)`` enqueues it (and the static backend's commit)."""
         return run_step(arm)
 
-    def warming_arm(self, candidates: list[int]) -> int | None:
-        """One of ``candidates`` (the arms the selector may choose) that the next step must draft with, whatever
-        the selector would pick, to finish warming up (None: the selector picks)."""
+    def warming_arm(self, selector: Selector) -> int | None:
+        """One of the arms ``selector`` may choose (:meth:`~flashspec_hf.selection.Selector.candidates`) that the
+        next step must draft with, whatever the selector would pick, to finish warming up (None: it picks)."""
         return None
 
     @abstractmethod
@@ -228,14 +229,14 @@ class StaticBackend(Backend):
         """Whether steps are captured: on CUDA, with every model on one GPU (read at the first step)."""
         return self.cuda and all(on_one_gpu(r.model) for r in self.session.runners.values())
 
-    def warming_arm(self, candidates: list[int]) -> int | None:
+    def warming_arm(self, selector: Selector) -> int | None:
         """The first candidate without a captured step (CUDA graphs only): a session's first call runs every
         candidate's eager step and capture, so a later switch of arm replays a graph instead of paying them in the
         middle of a call (48 ms steps against 2.7 ms on the H200, TinyLlama shape, B = 1). The arm is fixed before
         the step, from the session's state only, so the output distribution is unchanged."""
         if not self.graphed:
             return None
-        return next((arm for arm in candidates if arm not in self.session.graphs), None)
+        return next((arm for arm in selector.candidates() if arm not in self.session.graphs), None)
 
     def step(self, arm: int, run_step: Callable):
         """Eager for an arm's first :data:`EAGER_USES` steps of the session (or everywhere off CUDA), then captured

@@ -119,7 +119,7 @@ def decode(run: Run, backend: Backend, streamer=None) -> None:
     """
     host_groups = bool(run.processing.contextual or run.stopping.criteria)
     for _ in range(run.stopping.max_new_tokens):
-        arm, start = run.reports.choose(backend.warming_arm(run.reports.selector.candidates()))
+        arm, start = run.reports.choose(backend.warming_arm(run.reports.selector))
         with _step_guard():  # enqueues the whole step; nothing here waits for the device
             step = backend.step(arm, lambda a: speculative_step(run, a))
             run.reports.add(arm, step.gamma, start, step.num_accepted, step.num_emitted, step.was_finished, step.finished)

@@ -191,7 +191,7 @@ def test_an_arm_the_backend_warms_up_drafts_before_the_selector_is_asked(target,
     from flashspec_hf.backends import DynamicBackend
 
     forced = iter([1, 1])
-    monkeypatch.setattr(DynamicBackend, "warming_arm", lambda self, candidates: next(forced, None))
+    monkeypatch.setattr(DynamicBackend, "warming_arm", lambda self, selector: next(forced, None))
     selector = FixedArm(0)
     rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60]]
     ids, mask = left_padded(rows)
