@@ -85,6 +85,38 @@ def left_padded(rows: list[list[int]], pad: int = 0) -> tuple[torch.Tensor, torc
     return ids, mask
 
 
+def two_token_law_p_value(step, p_logits: torch.Tensor, q_logits: torch.Tensor, samples: int) -> float:
+    """Chi-square p-value of the first two tokens that ``samples`` rows decode, against the target's joint law
+    ``p(a) p(b)`` (0 when a token without target mass appears).
+
+    p and q do not depend on the prefix (``p_logits``, ``q_logits``: fp32 ``[V]`` on the sampler's device), so the
+    γ = 2 drafts are i.i.d. draws from q, and a row whose first step emitted one token (first-token rejection) runs a
+    second step for its second token, as the engine does. ``step(target [n, 3, V], tokens int64 [n, 2],
+    draft [n, 2, V]) -> int64 [n, 3]`` is one verification (output padded with the placeholder id).
+    """
+    from scipy.stats import chisquare
+
+    from flashspec_hf.kernels.reference import PLACEHOLDER_TOKEN_ID
+
+    vocab = p_logits.shape[-1]
+
+    def run(n):
+        tokens = torch.multinomial(q_logits.softmax(-1), 2 * n, replacement=True).view(n, 2)  # [n, γ=2]
+        return step(p_logits.expand(n, 3, vocab), tokens, q_logits.expand(n, 2, vocab))  # [n, 3]
+
+    out = run(samples)
+    short = out[:, 1] == PLACEHOLDER_TOKEN_ID
+    if short.any():
+        out[short, 1] = run(int(short.sum()))[:, 0]
+    counts = torch.bincount(out[:, 0] * vocab + out[:, 1], minlength=vocab * vocab).cpu().double()  # [V * V]
+    p = p_logits.double().softmax(-1).cpu()
+    expected = torch.outer(p, p).flatten()  # [V * V]
+    keep = expected > 0
+    if counts[~keep].sum() > 0:
+        return 0.0
+    return float(chisquare(counts[keep].numpy(), (expected[keep] * counts.sum() / expected[keep].sum()).numpy()).pvalue)
+
+
 @pytest.fixture
 def cheap_drafts(monkeypatch):
     """Calibrated arm costs that make every draft worth it (plain decoding 100× dearer), so that cost-aware

@@ -7,7 +7,7 @@ from flashspec_hf.kernels.philox import philox_noise
 from flashspec_hf.kernels.reference import verify_greedy_reference, verify_sampling_reference
 from flashspec_hf.verification import verify
 
-from .conftest import assert_rows_equal_stock, left_padded, tiny_llama
+from .conftest import assert_rows_equal_stock, left_padded, tiny_llama, two_token_law_p_value
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -27,6 +27,24 @@ def test_kernel_matches_reference_on_cuda(vocab, batch, gamma, dtype):
     got = verify_triton(target, tokens, draft, seed)
     want = verify_sampling_reference(target, tokens, draft, *philox_noise(seed, batch, gamma, vocab))
     assert torch.equal(got[1], want[1]) and torch.equal(got[0], want[0])
+
+
+def test_kernel_two_token_law_chi_square_on_cuda():
+    """The kernel's in-kernel Philox draws and two-level race on the GPU: the joint law of two output tokens over
+    20,000 rows is the target's (chi-square, α = 0.01; the gate's power is shown on the CPU, where a sampler that
+    skips verification fails it). Race tiles of 4 columns over V = 8, with residual mass in both tiles."""
+    from flashspec_hf.kernels.rejection_sampler import verify_triton
+
+    torch.manual_seed(4321)
+    g = torch.Generator(device="cuda").manual_seed(4321)
+    p_logits = torch.tensor([2.0, 1.0, 0.5, 0.0, 1.5, -1.0, 0.3, float("-inf")], device="cuda")
+    q_logits = torch.tensor([0.5, 0.0, 0.0, 1.0, 0.0, 0.5, 0.5, 0.5], device="cuda")  # residual over 0, 1, 2 and 4
+
+    def step(target, tokens, draft):
+        seed = torch.randint(2**63 - 1, (1,), device="cuda", generator=g)
+        return verify_triton(target.contiguous(), tokens, draft.contiguous(), seed, race_tile=4)[0]
+
+    assert two_token_law_p_value(step, p_logits, q_logits, 20_000) > 0.01
 
 
 @pytest.mark.parametrize("sampling", [False, True])

@@ -16,6 +16,8 @@ from flashspec_hf.kernels.reference import (
 )
 from flashspec_hf.kernels.rejection_sampler import verify_triton
 
+from .conftest import two_token_law_p_value
+
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
 
@@ -114,25 +116,14 @@ def test_noise_is_never_degenerate(draw):
     assert torch.isfinite(tile_weights).all() and (tile_weights >= 0).all()
 
 
-def _joint_counts(sampler, target, draft, samples):
-    """Counts ``[V * V]`` of the first two generated tokens of ``samples`` rows, decoding as the engine does.
+def _reference_step(sampler):
+    """``sampler`` as a two-token-law step: it is given CPU noise over three race tiles of two columns."""
 
-    p and q do not depend on the prefix, so drafts are i.i.d. and a row whose first step emitted one token
-    (first-token rejection) runs a second step for its second token.
-    """
-    vocab = target.shape[-1]
+    def step(target, tokens, draft):
+        noise = draw_noise(tokens.shape[0], tokens.shape[1], target.shape[-1], torch.device("cpu"), race_tile=2)
+        return sampler(target, tokens, draft, *noise, race_tile=2)[0]
 
-    def step(n):
-        tokens = torch.multinomial(draft[0].softmax(-1), n, replacement=True).T  # [n, γ=2]
-        noise = draw_noise(n, 2, vocab, torch.device("cpu"), race_tile=2)  # three tiles of two tokens
-        out, _ = sampler(target.expand(n, -1, -1), tokens, draft.expand(n, -1, -1), *noise, race_tile=2)
-        return out
-
-    out = step(samples)  # [N, 3]
-    short = out[:, 1] == PLACEHOLDER_TOKEN_ID
-    if short.any():
-        out[short, 1] = step(int(short.sum()))[:, 0]
-    return torch.bincount(out[:, 0] * vocab + out[:, 1], minlength=vocab * vocab)
+    return step
 
 
 def _broken_sampler(target, tokens, draft, uniforms, weights, tile_weights, race_tile):
@@ -143,20 +134,11 @@ def _broken_sampler(target, tokens, draft, uniforms, weights, tile_weights, race
 
 @pytest.mark.parametrize("sampler, passes", [(verify_sampling_reference, True), (_broken_sampler, False)])
 def test_reference_joint_distribution_chi_square(sampler, passes):
-    """Joint law of two output tokens = p1(a) p2(b), with position-independent p and q (so drafts are i.i.d.)."""
+    """Joint law of two output tokens = p1(a) p2(b) (:func:`~tests.conftest.two_token_law_p_value`)."""
     torch.manual_seed(1234)
-    vocab, samples = 6, 20_000
     p_logits = torch.tensor([2.0, 1.0, 0.5, 0.0, -1.0, float("-inf")])
     q_logits = torch.tensor([0.5, 0.0, 0.0, 1.0, 0.5, 0.5])  # mass where p has none; residual over tokens 0, 1, 2
-    target = p_logits.expand(1, 3, vocab)
-    draft = q_logits.expand(1, 2, vocab)
-    counts = _joint_counts(sampler, target, draft, samples)
-    p = p_logits.softmax(-1).double()
-    expected = torch.outer(p, p).flatten() * samples
-    keep = expected > 0
-    assert counts[~keep].sum() == 0 or not passes
-    stat = chisquare(counts[keep].double().numpy(), expected[keep].numpy() * counts[keep].sum().item() / expected[keep].sum().item())
-    assert (stat.pvalue > 0.01) == passes
+    assert (two_token_law_p_value(_reference_step(sampler), p_logits, q_logits, 20_000) > 0.01) == passes
 
 
 RACE_R = torch.tensor([0.45, 0.25, 0.15, 0.1, 0.05, 0.0])  # unnormalised r; the last entry can never win
