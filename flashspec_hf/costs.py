@@ -20,7 +20,7 @@ import torch
 from .columns import Columns
 from .backends import parameters_fingerprint
 from .cpu_products import rerouting
-from .drafts import DraftSource, ModelDrafts
+from .drafts import DraftSource, LookupOrDraft, ModelDrafts
 from .runners import Runner
 
 REPEATS = 3
@@ -41,17 +41,21 @@ def arm_costs(
         seconds per step, one per arm.
     """
     drafts = {s: source.runner for s, source in enumerate(sources) if isinstance(source, ModelDrafts)}
+    mixed = {s: sources.index(source.model) for s, source in enumerate(sources) if isinstance(source, LookupOrDraft)}
     models = [target.model, *(runner.model for runner in drafts.values())]
     key = (backend, columns.tokens.shape[0], str(columns.tokens.device), tuple(type(s).__name__ for s in sources),
            tuple(arms), parameters_fingerprint(models), rerouting())
     kept = target.model.__dict__.setdefault("_flashspec_arm_costs", {})
     if key not in kept:
-        kept[key] = _calibrate(target, drafts, arms, columns)
+        kept[key] = _calibrate(target, drafts, mixed, arms, columns)
     return kept[key]
 
 
-def _calibrate(target: Runner, drafts: dict[int, Runner], arms: list[tuple[int, int]],
+def _calibrate(target: Runner, drafts: dict[int, Runner], mixed: dict[int, int], arms: list[tuple[int, int]],
                columns: Columns) -> list[float]:
+    """An arm's step: the target's forward over γ + 1 columns, γ forwards of its draft model (a mixed arm's model
+    drafts every row), and the forward keeping each other draft model current (a mixed arm's own model too: its
+    drafts are replaced by the mixed ones)."""
     gammas = {g for _, g in arms}
     target_seconds = {g: forward_seconds(target, columns, g + 1, keep=g + 1) for g in gammas}
     draft_seconds = {s: forward_seconds(runner, columns, 1, keep=1) for s, runner in drafts.items()}
@@ -60,7 +64,8 @@ def _calibrate(target: Runner, drafts: dict[int, Runner], arms: list[tuple[int, 
         for s, runner in drafts.items() for g in gammas
     }
     return [
-        target_seconds[g] + g * draft_seconds.get(s, 0.0) + sum(current_seconds[o, g] for o in drafts if o != s)
+        target_seconds[g] + g * draft_seconds.get(mixed.get(s, s), 0.0)
+        + sum(current_seconds[o, g] for o in drafts if o != s)
         for s, g in arms
     ]
 

@@ -31,8 +31,8 @@ from .backends import Backend, DynamicBackend, StaticBackend
 from .columns import Columns
 from .costs import arm_costs
 from .cpu_products import MAX_ROWS, few_row_products
-from .drafts import (DraftContext, DraftSource, ModelDrafts, PlainDecoding, PromptLookup, prompt_agreement,
-                     prompt_window, score_arms)
+from .drafts import (DraftContext, DraftSource, LookupOrDraft, ModelDrafts, PlainDecoding, PromptLookup,
+                     prompt_agreement, prompt_window, score_arms)
 from .kernels.reference import PLACEHOLDER_TOKEN_ID
 from .outputs import Recorder
 from .processing import LogitsProcessing
@@ -194,7 +194,9 @@ def speculative_decode(
     selector = make_selector(selector)
     if selector.cost_aware:
         assistants = [*assistants, PlainDecoding()]  # the plain-decoding arm: never slower than plain generate
+    mixes = [] if selector.full_information else _mixes(assistants)  # (lookup, model) index pairs: mixed arms' sources
     arms = [(s, 0 if isinstance(a, PlainDecoding) else g) for s, a in enumerate(assistants) for g in gammas]
+    arms += [(len(assistants) + m, g) for m in range(len(mixes)) for g in gammas]
     arms = list(dict.fromkeys(arms))  # (source index, γ) per arm; the plain arm once
     selector.ensure(len(arms), [g for _, g in arms])
     selector.begin_call()
@@ -218,6 +220,7 @@ def speculative_decode(
         a if isinstance(a, DraftSource) else ModelDrafts(backend.draft_runner(a, columns, i, window), vocab_size)
         for i, a in enumerate(assistants)
     ]
+    sources += [LookupOrDraft(sources[lookup], sources[draft]) for lookup, draft in mixes]
     names = _arm_names(sources, arms, several_gammas=len(gammas) > 1)
     stats = FlashSpecStats(names, max(gammas), [g for _, g in arms])
     finished = backend.buffers.full("finished", (batch_size,), False, torch.bool)  # [B]
@@ -255,6 +258,14 @@ def speculative_decode(
     if not generation_config.return_dict_in_generate:
         return sequences.result()
     return recorder.output(sequences.result())
+
+
+def _mixes(assistants: list) -> list[tuple[int, int]]:
+    """``(prompt lookup, draft model)`` index pairs of the pool that make a mixed arm
+    (:class:`~flashspec_hf.drafts.LookupOrDraft`): every draft model with every prompt lookup whose
+    ``mix_min_match`` is set."""
+    lookups = [i for i, a in enumerate(assistants) if isinstance(a, PromptLookup) and a.mix_min_match is not None]
+    return [(i, j) for i in lookups for j, a in enumerate(assistants) if isinstance(a, PreTrainedModel)]
 
 
 def _backend(static, model, assistants, arms, processing, stopping_criteria, streamer, recorder, selector,
@@ -311,8 +322,11 @@ def _compile_options(generation_config: GenerationConfig) -> dict | None:
 
 
 def _arm_names(sources: list[DraftSource], arms: list[tuple[int, int]], several_gammas: bool) -> list[str]:
-    """One distinct name per arm: its source's ``name`` (``#i`` appended when two sources share one), with
-    ``@γ`` appended when several γ were given (not to the plain-decoding arm's)."""
+    """One distinct name per arm: its source's ``name`` (a mixed arm's: its sources', joined by ``+``; ``#i``
+    appended when two sources share one), with ``@γ`` appended when several γ were given (not to the plain-decoding
+    arm's)."""
     names = [s.name or f"assistant_{i}" for i, s in enumerate(sources)]
+    names = [f"{names[sources.index(s.lookup)]}+{names[sources.index(s.model)]}" if isinstance(s, LookupOrDraft) else n
+             for n, s in zip(names, sources)]
     names = [n if names.count(n) == 1 else f"{n}#{i}" for i, n in enumerate(names)]
     return [f"{names[s]}@{g}" if several_gammas and g else names[s] for s, g in arms]

@@ -14,7 +14,7 @@ from transformers.generation.logits_process import (
 )
 
 import flashspec_hf.decoding
-from flashspec_hf import SELECTORS, PromptLookup, RoundRobin
+from flashspec_hf import SELECTORS, FixedArm, PromptLookup, RoundRobin
 from flashspec_hf.drafts import draw
 
 from .conftest import tiny_llama
@@ -106,6 +106,18 @@ def test_every_selector_over_models_prompt_lookup_and_two_gammas_is_exact(models
     counts = _sample_counts(target, [*drafts, PromptLookup()], 1.0, 0, 1.0, [1, 2], selector)
     stats = target.flashspec_stats
     assert 0 < sum(map(sum, stats.step_accepted)) < sum(len(s) * stats.arm_gammas[a] for a, s in zip(stats.step_arms, stats.step_accepted))
+    assert _p_value(counts, _exact(target, _warpers(1.0, 0, 1.0))) > ALPHA
+
+
+def test_mixed_arm_is_exact(models):
+    """The mixed arm alone (prompt lookup on rows whose last token occurred before, one-hot q; the draft model on the
+    others): after a first-token rejection some rows repeat a prompt token and some do not, so a step verifies both
+    kinds of rows. The same gate."""
+    target, drafts = models
+    counts = _sample_counts(target, [drafts[0], PromptLookup(max_ngram=1, mix_min_match=1)], 1.0, 0, 1.0, 2,
+                            FixedArm(2))
+    stats = target.flashspec_stats
+    assert stats.arm_names[2] == "prompt_lookup+assistant_0" and stats.steps > 1
     assert _p_value(counts, _exact(target, _warpers(1.0, 0, 1.0))) > ALPHA
 
 

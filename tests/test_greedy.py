@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 import transformers
 from packaging.version import Version
 
-from flashspec_hf import SELECTORS, PromptLookup, RoundRobin
+from flashspec_hf import SELECTORS, FixedArm, PromptLookup, RoundRobin
 from flashspec_hf.runners import SLIDING_WINDOW_MIN_VERSION
 
 from .conftest import left_padded, tiny_llama
@@ -167,10 +167,30 @@ def test_every_selector_with_prompt_lookup_and_several_gammas_equals_stock(targe
     stats = target.flashspec_stats
     assert any(len(set(step)) > 1 for step in stats.step_accepted), "acceptance was ragged"
     plain = [0] if SELECTORS[selector]().cost_aware else []  # cost-aware selectors get the plain-decoding arm
-    assert len(stats.arm_names) == 6 + len(plain) and stats.arm_gammas == [2, 5] * 3 + plain
+    mixed = [] if SELECTORS[selector]().full_information else [2, 5] * 2  # lookup + each model
+    assert stats.arm_gammas == [2, 5] * 3 + plain + mixed
     for row, out in zip(rows, got):
         want = _stock(target, row, max_new_tokens=24)
         assert torch.equal(out[: len(want)], want)
+
+
+@pytest.mark.parametrize("loop", ["dynamic", "static"])
+@pytest.mark.parametrize("arm", [3, 4])
+def test_mixed_arms_equal_stock(target, assistants, arm, loop):
+    """Each mixed arm (lookup on the rows whose last two tokens occurred before, a draft model on the others) alone,
+    over a ragged batch where both kinds of rows occur, in both loops: stock output."""
+    rows = PROMPTS + [[9, 10, 11, 9, 10, 11, 9, 10]]
+    got = _flash(target, [*assistants, PromptLookup()], rows, max_new_tokens=24, num_assistant_tokens=3,
+                 selector=FixedArm(arm), cache_implementation=loop)
+    stats = target.flashspec_stats
+    assert stats.arm_names == ["assistant_0", "assistant_1", "prompt_lookup", "prompt_lookup+assistant_0",
+                               "prompt_lookup+assistant_1"]
+    assert any(len(set(step)) > 1 for step in stats.step_accepted), "acceptance was ragged"
+    for row, out in zip(rows, got):
+        want = _stock(target, row, max_new_tokens=24)
+        assert torch.equal(out[: len(want)], want)
+    _flash(target, [*assistants, PromptLookup(mix_min_match=None)], rows, max_new_tokens=2)
+    assert len(target.flashspec_stats.arm_names) == 3
 
 
 def test_prompt_lookup_alone_accepts_on_a_repeating_output(target):

@@ -60,24 +60,28 @@ def test_gamma_arms_are_valued_by_tokens_per_step():
 
 
 @pytest.mark.parametrize(
-    "row, gamma, want",
+    "row, gamma, want, matched",
     [
-        ([1, 2, 3, 9, 1, 2], 6, [3, 9, 1, 2, 3, 9]),  # "1 2" seen before: what followed, then periodically
-        ([4, 5, 6, 4, 5, 7, 4, 5], 3, [7, 4, 5]),  # the latest match wins
-        ([8, 1, 2, 3, 7, 2, 3], 2, [7, 2]),  # longest n first: "2 3" beats the later "3"
-        ([1, 2, 3, 4], 3, [4, 4, 4]),  # no match: the last token repeated
+        ([1, 2, 3, 9, 1, 2], 6, [3, 9, 1, 2, 3, 9], 2),  # "1 2" seen before: what followed, then periodically
+        ([4, 5, 6, 4, 5, 7, 4, 5], 3, [7, 4, 5], 2),  # the latest match wins
+        ([8, 1, 2, 3, 7, 2, 3], 2, [7, 2], 2),  # longest n first: "2 3" beats the later "3"
+        ([1, 2, 3, 2], 2, [3, 2], 1),  # only "2" matches
+        ([1, 2, 3, 4], 3, [4, 4, 4], 0),  # no match: the last token repeated
     ],
 )
-def test_prompt_lookup_proposals(row, gamma, want):
+def test_prompt_lookup_proposals(row, gamma, want, matched):
     lookup = PromptLookup(max_ngram=3)
     buffer = torch.tensor([[0, 0] + row + [0, 0, 0]])  # left padding, then the unused tail of the buffer
-    got = lookup._lookup(buffer, torch.tensor([2 + len(row)]), gamma)
-    assert got.tolist() == [want]
+    got, length = lookup._lookup(buffer, torch.tensor([2 + len(row)]), gamma)
+    assert got.tolist() == [want] and length.tolist() == [matched]
 
 
 def test_prompt_lookup_rejects_bad_ngram_lengths():
     with pytest.raises(ValueError, match="min_ngram <= max_ngram"):
         PromptLookup(max_ngram=1, min_ngram=2)
+    with pytest.raises(ValueError, match="mix_min_match >= 1"):
+        PromptLookup(mix_min_match=0)
+    assert PromptLookup(max_ngram=1).mix_min_match == 1
 
 
 def _calls_regret(selector, seed, calls=24, steps=15, gamma=4):
@@ -314,11 +318,11 @@ def test_prompt_lookup_batched_guesses_equal_one_lookup_per_column(data):
     lookup = PromptLookup(max_ngram=data.draw(st.integers(1, 3)))
     ctx = DraftContext(SimpleNamespace(tokens=tokens), None, None, 5, False)
     prompt = tokens[:, : stop + 1]
-    want = torch.cat([lookup._lookup(prompt, torch.full((batch,), end), 1) for end in range(start + 1, stop + 1)], 1)
+    want = torch.cat([lookup._lookup(prompt, torch.full((batch,), end), 1)[0] for end in range(start + 1, stop + 1)], 1)
     assert torch.equal(lookup.prompt_guesses(ctx, range(start, stop)), want)
     width = data.draw(st.integers(1, 3))
     ends = torch.tensor(data.draw(st.lists(st.integers(1, length - width + 1), min_size=batch, max_size=batch)))
     sequences = SimpleNamespace(buffer=tokens, prompt_end=ends, num_new=None)
-    want = torch.cat([lookup._lookup(tokens, ends + i, 1) for i in range(width)], dim=1)
+    want = torch.cat([lookup._lookup(tokens, ends + i, 1)[0] for i in range(width)], dim=1)
     got = lookup.predict(DraftContext(None, sequences, None, 5, False), torch.zeros_like(ends), width)
     assert torch.equal(got, want)
