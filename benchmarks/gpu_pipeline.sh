@@ -9,12 +9,14 @@
 #   2. tests/test_gpu.py (its timing does not matter: it overlaps the GGUF transfer and conversion)
 #   3. Qwen2.5-Coder-1.5B (once `convert` touched /tmp/convert.done, within CONVERT_WAIT seconds): NF4 at B = 1
 #      (stock eager, stock static, default), bf16 at QWEN_BATCHES (stock static, default), code and chat prompts
-#   4. SmolLM2-135M (once /tmp/gguf/s0, s1 and its drafts are there): benchmarks/domain_bench (real prompts, B = 1,
-#      EOS on: default against every fixed arm), then stock static and default at SMOLLM2_BATCHES (1,8,32,64)
-#      within E2E_BUDGET_S (420) seconds
+#   4. SmolLM2-135M (once /tmp/gguf/s0, s1 and its drafts are there): stock static and default at SMOLLM2_BATCHES
+#      (1,8,32,64; SMOLLM2_ENGINES, SMOLLM2_ARGS) within E2E_BUDGET_S (420) seconds, then benchmarks/domain_bench
+#      (real prompts, B = 1, EOS on: default against every fixed arm)
 #   5. the TinyLlama-shape e2e grid: stock static, fixed and default at B = 1; static and default at TINY_BATCHES
 #   6. benchmarks/kernel_tune on KERNEL_TUNE_CASES (batch:vocab pairs), when set
-# Each stage logs to /tmp/gs/<stage>.log, skipped stages to /tmp/gs/pipeline.log; /tmp/gs/done marks the end.
+# STAGES (default "kernel tests qwen smollm2 domains tiny") picks and orders them (SmolLM2's grid and domain_bench are
+# `smollm2` and `domains`). Each stage logs to /tmp/gs/<stage>.log, skipped stages to /tmp/gs/pipeline.log;
+# /tmp/gs/done marks the end.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 trap 'touch /tmp/gs/done' EXIT
@@ -27,31 +29,47 @@ wait_for() {  # PATH SECONDS: wait for PATH to exist, else say so in pipeline.lo
 }
 e2e() { python3 -m benchmarks.e2e_bench --out /tmp/gs "$@"; }
 
-python3 -m benchmarks.kernel_bench --out /tmp/gs ${KERNEL_ARGS:---batches 1,64 --gammas 4 --vocabs 32000,262144} \
-  >/tmp/gs/kernel_bench.log 2>&1
-python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py >/tmp/gs/test_gpu.log 2>&1
-if wait_for /tmp/convert.done "${CONVERT_WAIT:-600}"; then
+kernel() {
+  python3 -m benchmarks.kernel_bench --out /tmp/gs ${KERNEL_ARGS:---batches 1,64 --gammas 4 --vocabs 32000,262144} \
+    >/tmp/gs/kernel_bench.log 2>&1
+}
+tests() { python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py >/tmp/gs/test_gpu.log 2>&1; }
+qwen() {
+  wait_for /tmp/convert.done "${CONVERT_WAIT:-600}" || return
   ( . draft_release/gpu_qwen_env.sh
     cp -r /tmp/drafts/qwen-coder-code flashspec_hf/assistants/  # bundled again: the pool a user gets
     qwen=(--target qwen2.5-coder-1.5b --corpus .carry/q/corpus.json.gz --domains code,chat)
     e2e "${qwen[@]}" --nf4 --batches 1 --engines stock,static,default --repeats 2 --name qwen_nf4_b1
     e2e "${qwen[@]}" --batches "${QWEN_BATCHES:-8,32}" --engines static,default --repeats 3 --name qwen_b8_32
   ) >/tmp/gs/qwen.log 2>&1
-fi
-smollm2=/tmp/gguf/SmolLM2-135M-Instruct.Q4_1.gguf  # pieces: split -b 49M -d -a 1 THE.gguf .carry/gguf/s
-if wait_for /tmp/gguf/s0 30 && wait_for /tmp/gguf/s1 30 && wait_for /tmp/drafts/smollm2-general 30; then
-  cat /tmp/gguf/s0 /tmp/gguf/s1 >"$smollm2.partial" && mv "$smollm2.partial" "$smollm2"
-  cp -r /tmp/drafts/smollm2-* flashspec_hf/assistants/
+}
+smollm2_ready() {  # SmolLM2's GGUF joined from its pieces (split -b 49M -d -a 1 THE.gguf .carry/gguf/s), its drafts
+  local gguf=/tmp/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
+  [ -f "$gguf" ] && return 0
+  wait_for /tmp/gguf/s0 60 && wait_for /tmp/gguf/s1 120 && wait_for /tmp/drafts/smollm2-general 120 || return 1
+  cat /tmp/gguf/s0 /tmp/gguf/s1 >"$gguf.partial" && mv "$gguf.partial" "$gguf" && cp -r /tmp/drafts/smollm2-* flashspec_hf/assistants/
+}
+smollm2() {
+  smollm2_ready || return
+  ( . benchmarks/gpu_smollm2_env.sh
+    e2e --target smollm2 --batches "${SMOLLM2_BATCHES:-1,8,32,64}" --engines ${SMOLLM2_ENGINES:-static,default} \
+      --repeats 2 --budget-s "${E2E_BUDGET_S:-420}" --name e2e_smollm2 ${SMOLLM2_ARGS:-}
+  ) >/tmp/gs/smollm2.log 2>&1
+}
+domains() {
+  smollm2_ready || return
   ( . benchmarks/gpu_smollm2_env.sh
     python3 -m benchmarks.domain_bench --corpus .carry/c/corpus.json.gz --num-prompts 6 --out /tmp/gs
   ) >/tmp/gs/domain_bench.log 2>&1
-  ( . benchmarks/gpu_smollm2_env.sh
-    e2e --target smollm2 --batches "${SMOLLM2_BATCHES:-1,8,32,64}" --engines static,default --repeats 2 \
-      --budget-s "${E2E_BUDGET_S:-420}" --name e2e_smollm2
-  ) >/tmp/gs/smollm2.log 2>&1
-fi
-e2e --batches 1 --engines static,fixed,default --repeats 3 --name e2e_tiny_b1 >/tmp/gs/e2e_tiny_b1.log 2>&1
-e2e --batches "${TINY_BATCHES:-64}" --engines static,default --repeats 2 --name e2e_tiny >/tmp/gs/e2e_tiny.log 2>&1
+}
+tiny() {
+  e2e --batches 1 --engines static,fixed,default --repeats 3 --name e2e_tiny_b1 >/tmp/gs/e2e_tiny_b1.log 2>&1
+  e2e --batches "${TINY_BATCHES:-64}" --engines static,default --repeats 2 --name e2e_tiny >/tmp/gs/e2e_tiny.log 2>&1
+}
+for stage in ${STAGES:-kernel tests qwen smollm2 domains tiny}; do
+  echo "$(date +%T) $stage" >>/tmp/gs/pipeline.log
+  "$stage"
+done
 if [ -n "${KERNEL_TUNE_CASES:-}" ]; then
   python3 -m benchmarks.kernel_tune --out /tmp/gs --cases "$KERNEL_TUNE_CASES" >/tmp/gs/kernel_tune.log 2>&1
 fi
