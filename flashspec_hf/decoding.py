@@ -194,7 +194,7 @@ def speculative_decode(
     selector = make_selector(selector)
     if selector.cost_aware:
         assistants = [*assistants, PlainDecoding()]  # the plain-decoding arm: never slower than plain generate
-    mixes = [] if selector.full_information else _mixes(assistants)  # (lookup, model) index pairs: mixed arms' sources
+    mixes = _mixes(assistants) if batch_size > 1 and not selector.full_information else []  # mixed arms' sources
     arms = [(s, 0 if isinstance(a, PlainDecoding) else g) for s, a in enumerate(assistants) for g in gammas]
     arms += [(len(assistants) + m, g) for m in range(len(mixes)) for g in gammas]
     arms = list(dict.fromkeys(arms))  # (source index, γ) per arm; the plain arm once
@@ -263,7 +263,9 @@ def speculative_decode(
 def _mixes(assistants: list) -> list[tuple[int, int]]:
     """``(prompt lookup, draft model)`` index pairs of the pool that make a mixed arm
     (:class:`~flashspec_hf.drafts.LookupOrDraft`): every draft model with every prompt lookup whose
-    ``mix_min_match`` is set."""
+    ``mix_min_match`` is set. Offered at batch > 1 only: a mixed arm pays off when rows differ (the slowest sets the
+    steps); at batch 1 it only adds arms to explore (the CPU demo's pool, 8 chat + 8 code prompts,
+    ``benchmarks.selector_cpu``: the default selector fell from 1.74× / 1.70× plain to 1.28× / 1.33× with them)."""
     lookups = [i for i, a in enumerate(assistants) if isinstance(a, PromptLookup) and a.mix_min_match is not None]
     return [(i, j) for i in lookups for j, a in enumerate(assistants) if isinstance(a, PreTrainedModel)]
 

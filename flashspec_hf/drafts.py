@@ -155,8 +155,8 @@ class PromptLookup(DraftSource):
     is close to the end. Without a match the last token is repeated. The proposal is deterministic, so ``q`` is
     one-hot and speculative sampling accepts a draft with probability ``p(draft)``: exact at any temperature.
     Pass an instance in ``assistant_models``; strong on code and on outputs that repeat the prompt. Beside draft
-    models it also gives one mixed arm per model (:class:`LookupOrDraft`): lookup where a row's match is long enough,
-    the model elsewhere.
+    models, at batch > 1, it also gives one mixed arm per model (:class:`LookupOrDraft`): lookup where a row's match
+    is long enough, the model elsewhere.
 
     Args:
         max_ngram, min_ngram: lengths of the searched suffix, ``1 <= min_ngram <= max_ngram``.

@@ -178,7 +178,7 @@ def test_every_selector_with_prompt_lookup_and_several_gammas_equals_stock(targe
 @pytest.mark.parametrize("arm", [3, 4])
 def test_mixed_arms_equal_stock(target, assistants, arm, loop):
     """Each mixed arm (lookup on the rows whose last two tokens occurred before, a draft model on the others) alone,
-    over a ragged batch where both kinds of rows occur, in both loops: stock output."""
+    over a ragged batch where both kinds of rows occur, in both loops: stock output. Offered at batch > 1 only."""
     rows = PROMPTS + [[9, 10, 11, 9, 10, 11, 9, 10]]
     got = _flash(target, [*assistants, PromptLookup()], rows, max_new_tokens=24, num_assistant_tokens=3,
                  selector=FixedArm(arm), cache_implementation=loop)
@@ -190,6 +190,8 @@ def test_mixed_arms_equal_stock(target, assistants, arm, loop):
         want = _stock(target, row, max_new_tokens=24)
         assert torch.equal(out[: len(want)], want)
     _flash(target, [*assistants, PromptLookup(mix_min_match=None)], rows, max_new_tokens=2)
+    assert len(target.flashspec_stats.arm_names) == 3
+    _flash(target, [*assistants, PromptLookup()], rows[:1], max_new_tokens=2)  # batch 1: rows cannot differ
     assert len(target.flashspec_stats.arm_names) == 3
 
 
