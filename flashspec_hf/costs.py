@@ -1,8 +1,9 @@
 """Arm costs for cost-aware selection: the seconds of one step of each arm, calibrated once per set-up.
 
 An arm's step costs one target forward over ``γ + 1`` columns plus, for a draft model, ``γ`` one-column draft
-forwards (prompt lookup and plain decoding draft for free), plus, on the static backend, one ``γ + 1``-column
-forward of every other draft model it keeps current (not early exits: they read the target's cache). Each forward
+forwards (prompt lookup and plain decoding draft for free; a mixed arm, :class:`~flashspec_hf.drafts.LookupOrDraft`,
+pays its model's), plus, on the static backend, one ``γ + 1``-column forward of every other draft model it keeps
+current (a mixed arm's own model too; not early exits: they read the target's cache). Each forward
 is timed eagerly through the call's own runners (compiled forwards included; not inside a CUDA graph, so launch
 overheads count more than in a captured step) on columns past the committed ones, then rewound, so nothing the call
 computes changes. The table is kept on the target per set-up (backend, batch size, device, models and their weights,

@@ -179,7 +179,7 @@ class PromptLookup(DraftSource):
 
     def propose(self, ctx: DraftContext, gamma: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         seq = ctx.sequences
-        drafts = self._lookup(seq.buffer, seq.prompt_end + seq.num_new, gamma)[0]  # [B, γ]
+        drafts = self.lookup(seq.buffer, seq.prompt_end + seq.num_new, gamma)[0]  # [B, γ]
         ctx.columns.write_drafts(drafts)
         return drafts, one_hot_scores(drafts, ctx.vocab_size) if ctx.do_sample else None
 
@@ -201,10 +201,10 @@ class PromptLookup(DraftSource):
         """int64 ``[B, k]``: the one-token proposal after ``buffer[b, :ends[b, j]]`` for every ``j``, and its match
         length, in one lookup over ``B·k`` rows (``buffer`` int64 ``[B, C]``, ``ends`` int64 ``[B, k]``)."""
         rows = buffer.repeat_interleave(ends.shape[1], dim=0)  # [B·k, C]
-        tokens, matched = self._lookup(rows, ends.reshape(-1), 1)  # [B·k, 1], [B·k]
+        tokens, matched = self.lookup(rows, ends.reshape(-1), 1)  # [B·k, 1], [B·k]
         return tokens.view(ends.shape), matched.view(ends.shape)  # [B, k] each
 
-    def _lookup(self, buffer: torch.Tensor, ends: torch.Tensor, gamma: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def lookup(self, buffer: torch.Tensor, ends: torch.Tensor, gamma: int) -> tuple[torch.Tensor, torch.Tensor]:
         """int64 ``[B, γ]`` proposals after ``buffer[b, :ends[b]]`` (``buffer`` int64 ``[B, C]``, ``ends`` ``[B]``)
         and int64 ``[B]`` the length of each row's matched n-gram (0: no match, the last token repeated)."""
         steps = torch.arange(gamma, device=buffer.device)  # [γ]
@@ -236,39 +236,46 @@ def one_hot_scores(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
 
 class LookupOrDraft(DraftSource):
     """A mixed arm: row by row, prompt lookup's drafts where the row's last ``min_match`` or more tokens occur
-    earlier in the row, a draft model's elsewhere.
+    earlier in the row, a draft model's elsewhere (this project's own arm, for batches; see below).
 
     In a batch the slowest row sets the number of steps; lookup is strong on rows that copy (code, quoted text)
     and useless on the others, where a draft model still accepts (SmolLM2-135M, 32 held-out chat and code
-    prompts, 128 tokens, greedy, CPU: the batch took 109 steps with lookup alone, 110 with the general draft alone,
-    88 mixed). Exact: which source drafts a row depends on the row's tokens only, and each row is verified against
-    the scores of the proposal it got (one-hot for lookup's, ``q`` for the model's). The model drafts every row, and
-    its own drafts are then forgotten (its runner is rewound to before the step), so it is kept current on the mixed
-    drafts like any source that did not draft (:meth:`DraftSource.keep_current`, called by the step).
+    prompts, 128 tokens, greedy, CPU, ``benchmarks.batch_steps``: the batch took 109 steps with lookup alone, 110
+    with the general draft alone, 88 mixed). Exact: which source drafts a row depends on the row's committed tokens
+    only, and each row is verified against the scores of the proposal it got (one-hot for lookup's, ``q`` for the
+    model's). The model drafts every row, then forgets its own drafts: a static runner is rewound to before the step
+    and kept current on the mixed drafts like any source that did not draft (:meth:`DraftSource.keep_current`,
+    called by the step); a dynamic runner keeps the committed columns it caught up on and feeds the rest lazily.
 
     Args:
         lookup: the pool's prompt lookup; model: a draft model's source of the same pool.
     """
 
     def __init__(self, lookup: PromptLookup, model: ModelDrafts):
-        self.lookup, self.model = lookup, model
+        self.prompt_lookup, self.model = lookup, model
         self.min_match = lookup.mix_min_match
 
     def propose(self, ctx: DraftContext, gamma: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         runner = self.model.runner
-        seen = runner.seen.clone() if isinstance(runner.seen, torch.Tensor) else runner.seen  # int | [B]
+        # where the model's own drafts start to be forgotten: a static runner's two-behind offsets [B], refed by
+        # keep_current; a dynamic runner's committed length (host int), after its catch-up
+        keep = runner.seen.clone() if isinstance(runner.seen, torch.Tensor) else ctx.columns.host_length
         drafts, q = self.model.propose(ctx, gamma)  # [B, γ], [B, γ, V] | None
         seq = ctx.sequences
-        guesses, matched = self.lookup._lookup(seq.buffer, seq.prompt_end + seq.num_new, gamma)  # [B, γ], [B]
+        guesses, matched = self.prompt_lookup.lookup(seq.buffer, seq.prompt_end + seq.num_new, gamma)  # [B, γ], [B]
         use = (matched >= self.min_match).unsqueeze(1)  # [B, 1] rows that take lookup's drafts
         drafts = torch.where(use, guesses, drafts)  # [B, γ]
         ctx.columns.write_drafts(drafts)
-        runner.rewind(seen)
-        if q is not None:
-            q = torch.where(use.unsqueeze(-1), one_hot_scores(guesses, q.shape[-1]), q)  # [B, γ, V]
+        runner.rewind(keep)
+        if q is not None:  # lookup's rows get one-hot scores (in place: no second [B, γ, V] tensor)
+            at_guess = q.gather(-1, guesses.unsqueeze(-1))  # [B, γ, 1] the model's score of lookup's token
+            q.masked_fill_(use.unsqueeze(-1), float("-inf"))
+            q.scatter_(-1, guesses.unsqueeze(-1), torch.where(use.unsqueeze(-1), 0.0, at_guess))
         return drafts, q
 
     def predict(self, ctx: DraftContext, num_new_before: torch.Tensor, width: int) -> torch.Tensor:
+        """Raises NotImplementedError: mixed arms are not offered to full-information selectors (scoring them would
+        feed the draft model a second time)."""
         raise NotImplementedError("mixed arms are not offered to full-information selectors (they would feed the "
                                   "draft model a second time)")
 
@@ -276,7 +283,7 @@ class LookupOrDraft(DraftSource):
         guesses = self.model.prompt_guesses(ctx, window)  # [B, W] | None
         if guesses is None:
             return None
-        lookups, matched = self.lookup.prompt_lookups(ctx, window)  # [B, W] each
+        lookups, matched = self.prompt_lookup.prompt_lookups(ctx, window)  # [B, W] each
         return torch.where(matched >= self.min_match, lookups, guesses)
 
 

@@ -15,7 +15,7 @@ from transformers.generation.logits_process import (
 
 import flashspec_hf.decoding
 from flashspec_hf import SELECTORS, FixedArm, PromptLookup, RoundRobin
-from flashspec_hf.drafts import draw
+from flashspec_hf.drafts import LookupOrDraft, draw
 
 from .conftest import tiny_llama
 
@@ -40,22 +40,22 @@ def _warpers(temperature, top_k, top_p):
 
 
 @torch.no_grad()
-def _exact(target, warpers):
+def _exact(target, warpers, prompt=PROMPT):
     """P(t1, t2, t3 | prompt) for all V^3 sequences, float64 [V^3], the processors applied as in stock sampling."""
     probs = torch.ones(1, dtype=torch.float64)
     for depth in range(NEW):
         prefixes = torch.tensor(list(itertools.product(range(VOCAB), repeat=depth)), dtype=torch.long)
         prefixes = prefixes.view(VOCAB**depth, depth)  # [V^depth, depth], lexicographic like the flat index
-        ids = torch.cat([torch.tensor(PROMPT).expand(len(prefixes), -1), prefixes], dim=1)
+        ids = torch.cat([torch.tensor(prompt).expand(len(prefixes), -1), prefixes], dim=1)
         logits = target(ids).logits[:, -1].float()
         step = warpers(ids, logits).double().softmax(-1)  # [V^depth, V]
         probs = (probs.unsqueeze(-1) * step).flatten()
     return probs
 
 
-def _sample_counts(target, drafts, temperature, top_k, top_p, gamma, selector=None, **kw):
+def _sample_counts(target, drafts, temperature, top_k, top_p, gamma, selector=None, prompt=PROMPT, **kw):
     torch.manual_seed(2024)
-    ids = torch.tensor(PROMPT).expand(SAMPLES, -1)
+    ids = torch.tensor(prompt).expand(SAMPLES, -1)
     out = target.generate(
         ids,
         attention_mask=torch.ones_like(ids),
@@ -70,7 +70,7 @@ def _sample_counts(target, drafts, temperature, top_k, top_p, gamma, selector=No
         flashspec=True,
         **kw,
     )
-    codes = (out[:, len(PROMPT):] * torch.tensor([VOCAB**2, VOCAB, 1])).sum(-1)
+    codes = (out[:, len(prompt):] * torch.tensor([VOCAB**2, VOCAB, 1])).sum(-1)
     return torch.bincount(codes, minlength=VOCAB**NEW)
 
 
@@ -109,16 +109,38 @@ def test_every_selector_over_models_prompt_lookup_and_two_gammas_is_exact(models
     assert _p_value(counts, _exact(target, _warpers(1.0, 0, 1.0))) > ALPHA
 
 
-def test_mixed_arm_is_exact(models):
+class _MixedKeepingTheModelsScores(LookupOrDraft):
+    """A broken mixed arm: lookup's rows are verified against the model's ``q``, not lookup's one-hot scores."""
+
+    def propose(self, ctx, gamma):
+        kept, model_propose = {}, self.model.propose
+
+        def keep_scores(ctx, gamma):
+            drafts, q = model_propose(ctx, gamma)
+            kept["q"] = q.clone()  # before the mixed arm writes lookup's one-hot rows into it
+            return drafts, q
+
+        self.model.propose = keep_scores
+        try:
+            return super().propose(ctx, gamma)[0], kept["q"]
+        finally:
+            del self.model.propose
+
+
+@pytest.mark.parametrize("mixed, passes", [(LookupOrDraft, True), (_MixedKeepingTheModelsScores, False)])
+def test_mixed_arm_is_exact(models, mixed, passes, monkeypatch):
     """The mixed arm alone (prompt lookup on rows whose last token occurred before, one-hot q; the draft model on the
-    others): after a first-token rejection some rows repeat a prompt token and some do not, so a step verifies both
-    kinds of rows. The same gate."""
+    others): the prompt ends with a repeated token, so the first step drafts by lookup, and rows whose recovered
+    token is new draft with the model next: a step verifies both kinds of rows. The same gate; a mixed arm that
+    verifies lookup's rows against the model's scores must fail it."""
+    monkeypatch.setattr(flashspec_hf.decoding, "LookupOrDraft", mixed)
     target, drafts = models
+    prompt = [3, 5, 1, 5]
     counts = _sample_counts(target, [drafts[0], PromptLookup(max_ngram=1, mix_min_match=1)], 1.0, 0, 1.0, 2,
-                            FixedArm(2))
+                            FixedArm(2), prompt=prompt)
     stats = target.flashspec_stats
     assert stats.arm_names[2] == "prompt_lookup+assistant_0" and stats.steps > 1
-    assert _p_value(counts, _exact(target, _warpers(1.0, 0, 1.0))) > ALPHA
+    assert (_p_value(counts, _exact(target, _warpers(1.0, 0, 1.0), prompt)) > ALPHA) == passes
 
 
 def test_the_gate_rejects_a_sampler_that_skips_verification(models, monkeypatch):

@@ -195,6 +195,48 @@ def test_mixed_arms_equal_stock(target, assistants, arm, loop):
     assert len(target.flashspec_stats.arm_names) == 3
 
 
+@pytest.mark.parametrize("loop", ["dynamic", "static"])
+def test_mixed_arm_keeps_its_draft_model_current(target, assistants, loop, monkeypatch):
+    """The mixed arm's draft model forgets its own drafts where lookup's were taken: at every catch-up its logits
+    equal a fresh forward of the draft over the row's committed tokens (a stale cache would differ), and the dynamic
+    runner catches up on at most the step's emitted tokens and the pending column (no re-feeding of what it saw)."""
+    from flashspec_hf.drafts import ModelDrafts
+
+    rows = [[9, 10, 11, 9, 10, 11, 9, 10], [5, 17, 33, 8, 90, 41, 7, 11]]  # lookup's row, the model's row
+    gamma, new_tokens, checked, original = 3, 24, [], ModelDrafts.propose
+
+    def propose(self, ctx, gamma):
+        runner, seq = self.runner, ctx.sequences
+        catch_up = runner.catch_up
+
+        def checked_catch_up(columns):
+            fed = None if isinstance(runner.seen, torch.Tensor) else columns.host_length - runner.seen
+            logits = catch_up(columns)  # [B, 1, V_draft]
+            for b in range(len(rows)):
+                if seq.num_new[b] == new_tokens:
+                    continue  # a finished row: its columns go on, its sequence does not
+                committed = seq.buffer[b, : seq.prompt_length + int(seq.num_new[b])]
+                fresh = runner.model(committed.unsqueeze(0)).logits[0, -1]
+                torch.testing.assert_close(logits[b, 0], fresh, atol=1e-4, rtol=1e-4)
+            checked.append(fed)
+            return logits
+
+        runner.catch_up = checked_catch_up
+        try:
+            return original(self, ctx, gamma)
+        finally:
+            del runner.catch_up
+
+    monkeypatch.setattr(ModelDrafts, "propose", propose)
+    got = _flash(target, [*assistants, PromptLookup()], rows, max_new_tokens=new_tokens, num_assistant_tokens=gamma,
+                 selector=FixedArm(4), cache_implementation=loop)
+    assert len(checked) >= target.flashspec_stats.steps > 2  # the static loop runs a few steps past the end
+    if loop == "dynamic":
+        assert max(checked[1:]) <= gamma + 1
+    for row, out in zip(rows, got):
+        assert torch.equal(out, _stock(target, row, max_new_tokens=new_tokens))
+
+
 def test_prompt_lookup_alone_accepts_on_a_repeating_output(target):
     """The target repeats itself at some point under greedy decoding; prompt lookup then drafts what follows."""
     row = PROMPTS[0]

@@ -72,7 +72,7 @@ def test_gamma_arms_are_valued_by_tokens_per_step():
 def test_prompt_lookup_proposals(row, gamma, want, matched):
     lookup = PromptLookup(max_ngram=3)
     buffer = torch.tensor([[0, 0] + row + [0, 0, 0]])  # left padding, then the unused tail of the buffer
-    got, length = lookup._lookup(buffer, torch.tensor([2 + len(row)]), gamma)
+    got, length = lookup.lookup(buffer, torch.tensor([2 + len(row)]), gamma)
     assert got.tolist() == [want] and length.tolist() == [matched]
 
 
@@ -318,11 +318,11 @@ def test_prompt_lookup_batched_guesses_equal_one_lookup_per_column(data):
     lookup = PromptLookup(max_ngram=data.draw(st.integers(1, 3)))
     ctx = DraftContext(SimpleNamespace(tokens=tokens), None, None, 5, False)
     prompt = tokens[:, : stop + 1]
-    want = torch.cat([lookup._lookup(prompt, torch.full((batch,), end), 1)[0] for end in range(start + 1, stop + 1)], 1)
+    want = torch.cat([lookup.lookup(prompt, torch.full((batch,), end), 1)[0] for end in range(start + 1, stop + 1)], 1)
     assert torch.equal(lookup.prompt_guesses(ctx, range(start, stop)), want)
     width = data.draw(st.integers(1, 3))
     ends = torch.tensor(data.draw(st.lists(st.integers(1, length - width + 1), min_size=batch, max_size=batch)))
     sequences = SimpleNamespace(buffer=tokens, prompt_end=ends, num_new=None)
-    want = torch.cat([lookup._lookup(tokens, ends + i, 1)[0] for i in range(width)], dim=1)
+    want = torch.cat([lookup.lookup(tokens, ends + i, 1)[0] for i in range(width)], dim=1)
     got = lookup.predict(DraftContext(None, sequences, None, 5, False), torch.zeros_like(ends), width)
     assert torch.equal(got, want)
