@@ -159,7 +159,8 @@ def test_static_steps_do_not_sync(monkeypatch, do_sample):
 
     target, drafts = _static_models()
     ids = torch.tensor([[5, 17, 33, 8, 90, 41, 7], [77, 3, 51, 51, 9, 4, 4]]).cuda()
-    kwargs = dict(max_new_tokens=32, do_sample=do_sample, assistant_models=[*drafts, PromptLookup()], num_assistant_tokens=3,
+    kwargs = dict(max_new_tokens=32, do_sample=do_sample, assistant_models=[*drafts, PromptLookup()],
+                  num_assistant_tokens=3,
                   cache_implementation="static", flashspec=True, eos_token_id=list(range(200, 216)))  # 16 EOS ids (never drawn)
     target.generate(ids, **kwargs)  # captures the graphs
     steps = []
