@@ -264,8 +264,8 @@ def _mixes(assistants: list) -> list[tuple[int, int]]:
     """``(prompt lookup, draft model)`` index pairs of the pool that make a mixed arm
     (:class:`~flashspec_hf.drafts.LookupOrDraft`): every draft model with every prompt lookup whose
     ``mix_min_match`` is set. Offered at batch > 1 only: a mixed arm pays off when rows differ (the slowest sets the
-    steps); at batch 1 it only adds arms to explore (the CPU demo's pool, 8 chat + 8 code prompts,
-    ``benchmarks.selector_cpu``: the default selector fell from 1.74× / 1.70× plain to 1.28× / 1.33× with them)."""
+    steps); at batch 1 it is a per-step switch between two arms the selector already has, and only adds arms to
+    explore."""
     lookups = [i for i, a in enumerate(assistants) if isinstance(a, PromptLookup) and a.mix_min_match is not None]
     return [(i, j) for i in lookups for j, a in enumerate(assistants) if isinstance(a, PreTrainedModel)]
 
