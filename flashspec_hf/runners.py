@@ -32,6 +32,7 @@ from packaging.version import Version
 from transformers import DynamicCache, PreTrainedModel, StaticCache
 from transformers.cache_utils import StaticLayer
 
+from .attention import model_configs, packed_attention
 from .columns import Columns
 
 SLIDING_WINDOW_MIN_VERSION = Version("5.24")
@@ -249,6 +250,7 @@ class StaticRunner(Runner):
         self.cache = _new_cache(StaticCache, model.config, layer=self._layer_maker(capacity), max_cache_len=capacity)
         self.dtype = model.get_input_embeddings().weight.dtype
         self.compiled = compiled_call(model, compile_options) if compile_options is not None else None
+        self.configs = model_configs([model])
 
     def _layer_maker(self, capacity: int) -> Callable[[], RowOffsetLayer]:
         """Makes the cache's layers, in order."""
@@ -295,6 +297,12 @@ class StaticRunner(Runner):
     def _forward(self, columns, ids, positions, keep) -> torch.Tensor:
         mask = columns.attention_mask_4d(self.seen, ids.shape[1], self.dtype)  # [B, 1, w, N]
         return self._call(ids, positions, mask, self.cache, keep, self.compiled)
+
+    def _call(self, *args, **kwargs):
+        """:meth:`Runner._call` with grouped-query attention packed (:mod:`flashspec_hf.attention`): every forward
+        here passes a 4D mask."""
+        with packed_attention(self.configs):
+            return super()._call(*args, **kwargs)
 
 
 class EarlyExitRunner(StaticRunner):
