@@ -6,14 +6,13 @@ pays its model's), plus, on the static backend, one ``γ + 1``-column forward of
 current (a mixed arm's own model too; not early exits: they read the target's cache). Each forward
 is timed eagerly through the call's own runners (compiled forwards included; not inside a CUDA graph, so launch
 overheads count more than in a captured step) on columns past the committed ones, then rewound, so nothing the call
-computes changes. The table is kept on the target per set-up (backend, batch size, device, models and their weights,
+computes changes; the forwards run in interleaved rounds and each counts its fastest (:func:`forward_seconds`). The table is kept on the target per set-up (backend, batch size, device, models and their weights,
 arms): later calls decide from the same numbers, so with ``torch.manual_seed`` they repeat exactly; only the first call of a set-up pays the
 calibration (a few forwards per model).
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 
 import torch
@@ -24,8 +23,11 @@ from .cpu_products import rerouting
 from .drafts import DraftSource, LookupOrDraft, ModelDrafts
 from .runners import Runner
 
-REPEATS = 3
-"""Timed forwards per (model, width), after two untimed warm-ups (lazy initialisation, then graph capture)."""
+WARM_UPS = 2
+"""Untimed rounds of forwards (lazy initialisation, then graph capture)."""
+
+REPEATS = 5
+"""Timed rounds of forwards (:func:`forward_seconds`)."""
 
 
 def arm_costs(
@@ -57,34 +59,39 @@ def _calibrate(target: Runner, drafts: dict[int, Runner], mixed: dict[int, int],
     """An arm's step: the target's forward over γ + 1 columns, γ forwards of its draft model (a mixed arm's model
     drafts every row), and the forward keeping each other draft model current (a mixed arm's own model too: its
     drafts are replaced by the mixed ones)."""
-    gammas = {g for _, g in arms}
-    target_seconds = {g: forward_seconds(target, columns, g + 1, keep=g + 1) for g in gammas}
-    draft_seconds = {s: forward_seconds(runner, columns, 1, keep=1) for s, runner in drafts.items()}
-    current_seconds = {  # (source, γ) -> a forward keeping the source current on a step it did not draft
-        (s, g): forward_seconds(runner, columns, g + 1, keep=1) if runner.keeps_current else 0.0
-        for s, runner in drafts.items() for g in gammas
-    }
+    gammas = sorted({g for _, g in arms})
+    jobs = {("target", g): (target, g + 1, g + 1) for g in gammas}
+    jobs |= {("draft", s): (runner, 1, 1) for s, runner in drafts.items()}
+    jobs |= {("current", s, g): (runner, g + 1, 1) for s, runner in drafts.items() if runner.keeps_current
+             for g in gammas}  # a forward keeping the source current on a step it did not draft
+    seconds = dict(zip(jobs, forward_seconds(list(jobs.values()), columns)))
     return [
-        target_seconds[g] + g * draft_seconds.get(mixed.get(s, s), 0.0)
-        + sum(current_seconds[o, g] for o in drafts if o != s)
+        seconds["target", g] + g * seconds.get(("draft", mixed.get(s, s)), 0.0)
+        + sum(seconds.get(("current", o, g), 0.0) for o in drafts if o != s)
         for s, g in arms
     ]
 
 
-def forward_seconds(runner: Runner, columns: Columns, width: int, keep: int) -> float:
-    """Median seconds of ``runner``'s forward over ``width`` columns from where it stands, keeping ``keep`` logits
-    (synchronised timing; the runner is rewound after each)."""
-    seen = runner.seen if isinstance(runner.seen, int) else runner.seen.clone()
-    times = []
-    for repeat in range(REPEATS + 2):
-        _synchronize()
-        start = time.perf_counter()
-        runner.forward(columns, width, keep=min(keep, width))
-        _synchronize()
-        runner.rewind(seen)
-        if repeat >= 2:  # two warm-ups
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def forward_seconds(jobs: list[tuple[Runner, int, int]], columns: Columns) -> list[float]:
+    """Seconds of each job's forward, a job being ``(runner, width, keep)``: the runner's forward over ``width``
+    columns from where it stands, keeping ``keep`` logits (synchronised timing; the runner is rewound after each).
+    The jobs run in rounds, one forward of each per round: :data:`WARM_UPS` untimed rounds, then
+    :data:`REPEATS` timed ones, and each job's time is its fastest. Another process can only slow a forward down,
+    and a slow moment of the machine then costs one round of every job rather than every round of one, so the
+    ratios between arms do not follow the moment the table was calibrated in (median of 3 consecutive forwards per
+    job before: the γ = 4 step over plain decoding's ranged 0.89–1.25 over 12 calibrations on an idle 2-core CPU)."""
+    times = [[] for _ in jobs]
+    for round_ in range(WARM_UPS + REPEATS):
+        for job, (runner, width, keep) in enumerate(jobs):
+            seen = runner.seen if isinstance(runner.seen, int) else runner.seen.clone()
+            _synchronize()
+            start = time.perf_counter()
+            runner.forward(columns, width, keep=min(keep, width))
+            _synchronize()
+            runner.rewind(seen)
+            if round_ >= WARM_UPS:
+                times[job].append(time.perf_counter() - start)
+    return [min(t) for t in times]
 
 
 def _synchronize() -> None:

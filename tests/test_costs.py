@@ -81,3 +81,30 @@ def test_set_costs_rejects_wrong_lengths_and_non_positive_times():
         selector.set_costs([1.0])
     with pytest.raises(ValueError, match="2 positive step times"):
         selector.set_costs([1.0, 0.0])
+
+
+def test_a_slow_moment_during_calibration_costs_one_round_of_every_forward(monkeypatch):
+    """Forward seconds are each job's fastest over interleaved rounds: a slow stretch of the machine (here every
+    forward of one round, 10x) does not reach the table, and jobs are timed alternately, not one after another."""
+    from flashspec_hf import costs
+
+    clock, order = [0.0], []
+
+    class Runner:
+        seen = 0
+
+        def __init__(self, name, seconds):
+            self.name, self.seconds = name, seconds
+
+        def forward(self, columns, width, keep):
+            order.append(self.name)
+            slow = len(order) in range(2 * costs.WARM_UPS + 1, 2 * costs.WARM_UPS + 7)  # the first 3 timed rounds
+            clock[0] += self.seconds * (10 if slow else 1)
+
+        def rewind(self, seen):
+            pass
+
+    monkeypatch.setattr(costs.time, "perf_counter", lambda: clock[0])
+    jobs = [(Runner("target", 0.5), 5, 5), (Runner("draft", 0.1), 1, 1)]
+    assert costs.forward_seconds(jobs, columns=None) == pytest.approx([0.5, 0.1])
+    assert order == ["target", "draft"] * (costs.WARM_UPS + costs.REPEATS)
