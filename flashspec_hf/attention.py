@@ -7,11 +7,12 @@ whole static cache ``n_rep`` times its size, which SDPA then reads. On the H200 
 B = 32, 2026-12-03 profile) those copies took 0.84 ms of a 4.46 ms step and SDPA another 0.69 ms.
 
 :func:`packed_sdpa` folds the ``n_rep`` query heads that share a key/value head into the query axis instead:
-query ``[B, H, w, D]`` → ``[B, H_kv, n_rep·w, D]``, mask ``[B, 1, w, N]`` → ``[B, 1, n_rep·w, N]``, so SDPA reads
-each cached key and value once and nothing of the cache is copied. Every query attends to the same keys with the
-same mask row as with ``repeat_kv``: the same attention, rounded by another kernel tiling. (transformers 5.24 packs
-the same way for a one-token query outside ``torch.compile``, ``pack_gqa``; verification queries ``γ + 1`` tokens,
-compiled.)
+query ``[B, H, w, D]`` → ``[B, H_kv, n_rep·w, D]``, mask ``[B, 1, w, N]`` → ``[B, 1, n_rep·w, N]`` (a copy, ``n_rep``
+times the mask), so SDPA reads each cached key and value once and nothing of the cache is copied. Every query
+attends to the same keys with the same mask row as with ``repeat_kv``: the same attention, rounded by another kernel
+tiling. (transformers 5.24 packs the same way for a one-token query outside ``torch.compile``, ``pack_gqa``;
+verification queries ``γ + 1`` tokens, compiled.) Past a width where the mask's copy would outweigh the keys' and
+values' (a long prefill), it repeats them as transformers does.
 
 :func:`packed_attention` switches models to it for the duration of a block.
 """
@@ -19,6 +20,9 @@ compiled.)
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
+import sys
 from collections.abc import Iterator
 
 import torch
@@ -30,30 +34,38 @@ NAME = "flashspec_packed_sdpa"
 """The attention implementation's name in transformers' ``AttentionInterface`` (and, with ``sdpa``'s mask function,
 in ``AttentionMaskInterface``)."""
 
+UNPACKED_KWARGS = ("softcap", "position_bias", "s_aux", "indices")
+"""Attention arguments that, when given (not None), send a call to transformers' ``sdpa`` as it is (which raises
+on soft-capping in recent versions; attention sinks and sparse indices are for implementations other than sdpa)."""
+
 
 def packed_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                 is_causal: bool | None = None, **kwargs) -> tuple[torch.Tensor, None]:
-    """transformers' attention-function signature: ``query`` ``[B, H, w, D]``, ``key`` and ``value``
-    ``[B, H_kv, N, D]``, ``attention_mask`` additive or bool ``[B | 1, 1, w, N]``; returns the output
-    ``[B, w, H, D_v]`` (contiguous) and no weights. With grouped-query heads (``module.num_key_value_groups`` > 1)
-    and a 4D mask shared by the heads, the query heads of a group are packed along the query axis (module
-    docstring); anything else (no mask, per-head masks, dropout, a position bias, soft-capping) goes to
-    transformers' ``sdpa_attention_forward`` as given, which raises on what SDPA cannot do."""
+    """transformers' attention-function signature: ``query`` ``[B, H, w, D]``, ``key`` ``[B, H_kv, N, D]`` and
+    ``value`` ``[B, H_kv, N, D_v]`` (one dtype), ``attention_mask`` bool or additive in the query's dtype
+    ``[B | 1, 1, w, N]`` (or any mask transformers' sdpa takes); returns the output ``[B, w, H, D_v]`` (contiguous) and no weights. Packed (module
+    docstring) on CUDA and the CPU when the heads are grouped (``module.num_key_value_groups`` = ``H / H_kv`` > 1),
+    the mask is 4D and shared by the heads, there is no dropout, none of :data:`UNPACKED_KWARGS` is given, and the
+    packed mask is no larger than the repeated keys and values would be; any other call goes to transformers'
+    ``sdpa_attention_forward`` as given. Raises what SDPA raises on inconsistent shapes."""
     groups = getattr(module, "num_key_value_groups", 1)
-    packable = (groups > 1 and attention_mask is not None and attention_mask.dim() == 4
-                and attention_mask.shape[1] == 1 and not dropout and not kwargs.get("softcap")
-                and kwargs.get("position_bias") is None)
+    batch, heads, width, dim = query.shape
+    packable = (
+        groups > 1 and heads == key.shape[1] * groups and query.device.type in ("cuda", "cpu")
+        and attention_mask is not None and attention_mask.dim() == 4 and attention_mask.shape[1:3] == (1, width)
+        and not dropout and all(kwargs.get(name) is None for name in UNPACKED_KWARGS)
+        and groups * width * attention_mask.element_size() <= 2 * heads * dim * key.element_size()
+    )
     if not packable:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
-    batch, heads, width, dim = query.shape
     packed = query.reshape(batch, key.shape[1], groups * width, dim)  # [B, H_kv, n_rep·w, D]
     mask_batch, _, _, columns = attention_mask.shape
     mask = attention_mask.unsqueeze(2).expand(mask_batch, 1, groups, width, columns).reshape(
         mask_batch, 1, groups * width, columns)  # [B | 1, 1, n_rep·w, N]: row i·w + j is query j's
     out = torch.nn.functional.scaled_dot_product_attention(packed, key, value, attn_mask=mask, scale=scaling)
-    return out.reshape(batch, heads, width, -1).transpose(1, 2).contiguous(), None  # [B, w, H, D_v]
+    return out.reshape(out.shape[0], heads, width, -1).transpose(1, 2).contiguous(), None  # [B, w, H, D_v]
 
 
 AttentionInterface.register(NAME, packed_sdpa)
@@ -61,20 +73,42 @@ AttentionMaskInterface.register(NAME, sdpa_mask)
 
 
 def model_configs(models: list[PreTrainedModel]) -> list[PretrainedConfig]:
-    """Every config the modules of ``models`` read, once each (an early-exit draft's layers read the target's)."""
-    found = {id(m.config): m.config for model in models for m in model.modules()
+    """Every config the modules of ``models`` read, once each (an early-exit draft's layers read the target's),
+    except those of models whose code reads the attention implementation's name (:func:`_reads_the_name`)."""
+    found = {id(m.config): m.config for model in models if not _reads_the_name(model) for m in model.modules()
              if isinstance(getattr(m, "config", None), PretrainedConfig)}
     return list(found.values())
+
+
+def _reads_the_name(model: PreTrainedModel) -> bool:
+    """Whether the Python module of any of ``model``'s modules names ``"sdpa"`` (some models branch on the
+    implementation's name, e.g. to build a sparse mask only for ``eager`` and ``sdpa``: another name would change what
+    they compute), or has no source to tell."""
+    return any(_names_sdpa(type(m).__module__) for m in model.modules())
+
+
+@functools.cache
+def _names_sdpa(module_name: str) -> bool:
+    module = sys.modules.get(module_name)
+    try:
+        source = inspect.getsource(module)
+    except (TypeError, OSError):
+        return True
+    return '"sdpa"' in source or "'sdpa'" in source
 
 
 @contextlib.contextmanager
 def packed_attention(configs: list[PretrainedConfig]) -> Iterator[None]:
     """Within the block, the configs (:func:`model_configs`) whose attention implementation is ``sdpa`` use
-    :func:`packed_sdpa` instead; each gets its own value back after the block, also on an error. Each config is
-    switched alone (transformers' setter would also set its sub-configs), and only where it reads ``sdpa``, so
-    nested blocks and other implementations (eager, flash) are left as they are. Meant for forwards that pass a 4D
-    mask (transformers then builds none: a 2D mask would get ``sdpa``'s)."""
-    switched = [c for c in configs if c._attn_implementation == "sdpa"]
+    :func:`packed_sdpa` instead, while ``sdpa`` is transformers' own function (not one registered over it); each
+    gets its own value back after the block, also on an error. Each config is switched alone (transformers' setter
+    would also set its sub-configs), and only where it reads ``sdpa``, so nested blocks and other implementations
+    (eager, flash) are left as they are. Meant for forwards that pass a 4D mask (transformers then builds none: a 2D
+    mask would get ``sdpa``'s). The configs are shared state: another thread using the same models meanwhile runs
+    :func:`packed_sdpa` too (the same attention), and forwards compiled inside the block specialise on its name (as
+    flashspec's compiled forwards, which run only inside it)."""
+    ours = AttentionInterface._global_mapping.get("sdpa") is sdpa_attention_forward
+    switched = [c for c in configs if ours and c._attn_implementation == "sdpa"]
     for config in switched:
         config._attn_implementation_internal = NAME
     try:

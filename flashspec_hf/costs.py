@@ -6,9 +6,10 @@ pays its model's), plus, on the static backend, one ``γ + 1``-column forward of
 current (a mixed arm's own model too; not early exits: they read the target's cache). Each forward
 is timed eagerly through the call's own runners (compiled forwards included; not inside a CUDA graph, so launch
 overheads count more than in a captured step) on columns past the committed ones, then rewound, so nothing the call
-computes changes; the forwards run in interleaved rounds and each counts its fastest (:func:`forward_seconds`). The table is kept on the target per set-up (backend, batch size, device, models and their weights,
-arms): later calls decide from the same numbers, so with ``torch.manual_seed`` they repeat exactly; only the first call of a set-up pays the
-calibration (a few forwards per model).
+computes changes; the forwards run in interleaved rounds and each counts its fastest (:func:`forward_seconds`). The
+table is kept on the target per set-up (backend, batch size, device, models and their weights, arms): later calls
+decide from the same numbers, so with ``torch.manual_seed`` they repeat exactly; only the first call of a set-up
+pays the calibration (:data:`WARM_UPS` + :data:`REPEATS` forwards per model and width).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .drafts import DraftSource, LookupOrDraft, ModelDrafts
 from .runners import Runner
 
 WARM_UPS = 2
-"""Untimed rounds of forwards (lazy initialisation, then graph capture)."""
+"""Untimed rounds of forwards (lazy initialisation, compilation)."""
 
 REPEATS = 5
 """Timed rounds of forwards (:func:`forward_seconds`)."""
@@ -74,23 +75,24 @@ def _calibrate(target: Runner, drafts: dict[int, Runner], mixed: dict[int, int],
 
 def forward_seconds(jobs: list[tuple[Runner, int, int]], columns: Columns) -> list[float]:
     """Seconds of each job's forward, a job being ``(runner, width, keep)``: the runner's forward over ``width``
-    columns from where it stands, keeping ``keep`` logits (synchronised timing; the runner is rewound after each).
-    The jobs run in rounds, one forward of each per round: :data:`WARM_UPS` untimed rounds, then
-    :data:`REPEATS` timed ones, and each job's time is its fastest. Another process can only slow a forward down,
-    and a slow moment of the machine then costs one round of every job rather than every round of one, so the
-    ratios between arms do not follow the moment the table was calibrated in (median of 3 consecutive forwards per
-    job before: the γ = 4 step over plain decoding's ranged 0.89–1.25 over 12 calibrations on an idle 2-core CPU)."""
+    columns from where it stands, keeping ``keep`` logits (synchronised timing; the runner is rewound to where it
+    stood after each). The jobs run in rounds, one forward of each per round, each round starting one job later
+    than the last (no job always follows the same one): :data:`WARM_UPS` untimed rounds, then :data:`REPEATS` timed
+    ones, and each job's time is its fastest. Another process can only slow a forward down, and a slow moment of the
+    machine then costs one round of every job rather than every round of one, so the ratios between arms do not
+    follow the moment the table was calibrated in."""
     times = [[] for _ in jobs]
     for round_ in range(WARM_UPS + REPEATS):
-        for job, (runner, width, keep) in enumerate(jobs):
+        for job in [(round_ + i) % len(jobs) for i in range(len(jobs))]:
+            runner, width, keep = jobs[job]
             seen = runner.seen if isinstance(runner.seen, int) else runner.seen.clone()
             _synchronize()
             start = time.perf_counter()
             runner.forward(columns, width, keep=min(keep, width))
             _synchronize()
-            runner.rewind(seen)
             if round_ >= WARM_UPS:
                 times[job].append(time.perf_counter() - start)
+            runner.rewind(seen)
     return [min(t) for t in times]
 
 

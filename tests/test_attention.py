@@ -5,9 +5,10 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transformers import AttentionInterface
+from transformers import AttentionInterface, FalconConfig, FalconForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+from flashspec_hf import attention
 from flashspec_hf.attention import NAME, model_configs, packed_attention, packed_sdpa
 from tests.conftest import tiny_llama
 
@@ -36,22 +37,74 @@ def test_packed_attention_equals_repeated_keys_and_values(batch, kv_heads, group
     torch.testing.assert_close(packed, stock, rtol=1e-5, atol=1e-6)
 
 
-def test_the_static_loop_runs_packed_attention_and_restores_the_models_implementation(monkeypatch):
+def _count_paths(monkeypatch) -> dict:
+    """Counts packed_sdpa's calls by path: "packed" (its own SDPA call) and "stock" (transformers' sdpa)."""
+    counts = {"packed": 0, "stock": 0}
+    sdpa, stock = torch.nn.functional.scaled_dot_product_attention, attention.sdpa_attention_forward
+
+    def packed(*args, **kwargs):
+        counts["packed"] += 1
+        return sdpa(*args, **kwargs)
+
+    def fallback(*args, **kwargs):
+        counts["stock"] += 1
+        return stock(*args, **kwargs)
+
+    monkeypatch.setattr(attention.torch.nn.functional, "scaled_dot_product_attention", packed)
+    monkeypatch.setattr(attention, "sdpa_attention_forward", fallback)
+    return counts
+
+
+@pytest.mark.parametrize("case", ["no mask", "per-head mask", "query-broadcast mask", "dropout", "softcap",
+                                  "position bias", "sinks", "ungrouped", "wide"])
+def test_calls_it_cannot_pack_go_to_transformers_sdpa(monkeypatch, case):
+    counts = _count_paths(monkeypatch)
+    groups = 1 if case == "ungrouped" else 2
+    width = 40 if case == "wide" else 3  # per column: 2 * 40 * 4 bytes of packed mask > 2 * 4 * 8 * 4 of keys, values
+    query = torch.randn(2, 2 * groups, width, 8)
+    key = value = torch.randn(2, 2, 50, 8)
+    mask = torch.zeros(2, 1, width, 50)
+    kwargs = {}
+    if case == "no mask":
+        mask = None
+    elif case == "per-head mask":
+        mask = torch.zeros(2, 2 * groups, width, 50)
+    elif case == "query-broadcast mask":
+        mask = torch.zeros(2, 1, 1, 50)
+    elif case == "dropout":
+        kwargs["dropout"] = 0.1
+    elif case == "softcap":
+        kwargs["softcap"] = 0.0
+    elif case == "position bias":
+        kwargs["position_bias"] = torch.zeros(1, 2 * groups, width, 50)
+    elif case == "sinks":
+        kwargs["s_aux"] = torch.zeros(2 * groups)
+    try:
+        packed_sdpa(_Module(groups), query, key, value, mask, **kwargs)
+    except ValueError:  # transformers' sdpa refusing soft-capping (5.24)
+        assert case == "softcap"
+    assert counts["stock"] == 1
+    packed_sdpa(_Module(2), torch.randn(2, 4, 3, 8), key, value, torch.zeros(2, 1, 3, 50))
+    assert counts["stock"] == 1 and counts["packed"] >= 1  # the packable call next to it
+
+
+def test_the_static_loop_packs_every_attention_and_restores_the_models_implementation(monkeypatch):
     target, draft = tiny_llama(seed=0), tiny_llama(seed=1)
     draft.config._attn_implementation = "eager"  # left alone
-    calls = []
-
-    def spy(module, query, *args, **kwargs):
-        calls.append(query.shape)
-        return packed_sdpa(module, query, *args, **kwargs)
-
-    monkeypatch.setitem(AttentionInterface._global_mapping, NAME, spy)
+    counts = _count_paths(monkeypatch)
     prompt = torch.tensor([[1, 5, 7, 9]])
     target.generate(prompt, assistant_models=[draft], flashspec=True, cache_implementation="static",
                     max_new_tokens=6, do_sample=False)
     layers = target.config.num_hidden_layers
-    assert calls and len(calls) % layers == 0  # the target's forwards only: the draft is eager
+    assert counts["packed"] and counts["packed"] % layers == 0 and counts["stock"] == 0  # the target's forwards
     assert target.config._attn_implementation == "sdpa" and draft.config._attn_implementation == "eager"
+
+
+def test_models_whose_code_reads_the_implementations_name_are_not_switched():
+    falcon = FalconForCausalLM(FalconConfig(vocab_size=97, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                            new_decoder_architecture=True, num_kv_heads=2))
+    assert model_configs([falcon]) == []  # falcon branches on "sdpa"
+    assert len(model_configs([tiny_llama()])) == 1
 
 
 def test_packed_attention_restores_on_error_and_leaves_nested_blocks_alone():

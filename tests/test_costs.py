@@ -85,26 +85,28 @@ def test_set_costs_rejects_wrong_lengths_and_non_positive_times():
 
 def test_a_slow_moment_during_calibration_costs_one_round_of_every_forward(monkeypatch):
     """Forward seconds are each job's fastest over interleaved rounds: a slow stretch of the machine (here every
-    forward of one round, 10x) does not reach the table, and jobs are timed alternately, not one after another."""
+    forward of three rounds out of five, 10x) does not reach the table; jobs are timed alternately, each round
+    starting one job later, not one job after another; each runner is rewound to where it stood."""
     from flashspec_hf import costs
 
     clock, order = [0.0], []
+    slow = range(2 * costs.WARM_UPS + 1, 2 * (costs.WARM_UPS + costs.REPEATS - 2) + 1)  # all but 2 timed rounds
 
     class Runner:
-        seen = 0
-
-        def __init__(self, name, seconds):
-            self.name, self.seconds = name, seconds
+        def __init__(self, name, seconds, seen):
+            self.name, self.seconds, self.seen = name, seconds, seen
 
         def forward(self, columns, width, keep):
             order.append(self.name)
-            slow = len(order) in range(2 * costs.WARM_UPS + 1, 2 * costs.WARM_UPS + 7)  # the first 3 timed rounds
-            clock[0] += self.seconds * (10 if slow else 1)
+            clock[0] += self.seconds * (10 if len(order) in slow else 1)
+            self.seen += width
 
         def rewind(self, seen):
-            pass
+            self.seen = seen
 
     monkeypatch.setattr(costs.time, "perf_counter", lambda: clock[0])
-    jobs = [(Runner("target", 0.5), 5, 5), (Runner("draft", 0.1), 1, 1)]
-    assert costs.forward_seconds(jobs, columns=None) == pytest.approx([0.5, 0.1])
-    assert order == ["target", "draft"] * (costs.WARM_UPS + costs.REPEATS)
+    target, draft = Runner("target", 0.5, 7), Runner("draft", 0.1, 6)
+    assert costs.forward_seconds([(target, 5, 5), (draft, 1, 1)], columns=None) == pytest.approx([0.5, 0.1])
+    rounds = costs.WARM_UPS + costs.REPEATS
+    assert order == [name for r in range(rounds) for name in (["target", "draft"][r % 2:] + ["target", "draft"])[:2]]
+    assert (target.seen, draft.seen) == (7, 6)
