@@ -38,6 +38,10 @@ UNPACKED_KWARGS = ("softcap", "position_bias", "s_aux", "indices")
 """Attention arguments that, when given (not None), send a call to transformers' ``sdpa`` as it is (which raises
 on soft-capping in recent versions; attention sinks and sparse indices are for implementations other than sdpa)."""
 
+PACKED_MASK = "flashspec_packed_mask"
+"""Keyword argument of a forward (and so of its attention calls) holding the mask already packed
+(:func:`packed_mask`, :func:`mask_groups`); :func:`packed_sdpa` uses it where its shape fits the call."""
+
 
 def packed_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
@@ -48,7 +52,9 @@ def packed_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
     docstring) on CUDA and the CPU when the heads are grouped (``module.num_key_value_groups`` = ``H / H_kv`` > 1),
     the mask is 4D and shared by the heads, there is no dropout, none of :data:`UNPACKED_KWARGS` is given, and the
     packed mask is no larger than the repeated keys and values would be; any other call goes to transformers'
-    ``sdpa_attention_forward`` as given. Raises what SDPA raises on inconsistent shapes."""
+    ``sdpa_attention_forward`` as given. The packed mask is ``kwargs[PACKED_MASK]`` where given with the packed
+    shape (the caller packed this call's mask once for all layers), else packed here. Raises what SDPA raises on
+    inconsistent shapes."""
     groups = getattr(module, "num_key_value_groups", 1)
     batch, heads, width, dim = query.shape
     packable = (
@@ -61,11 +67,30 @@ def packed_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     packed = query.reshape(batch, key.shape[1], groups * width, dim)  # [B, H_kv, n_rep·w, D]
-    mask_batch, _, _, columns = attention_mask.shape
-    mask = attention_mask.unsqueeze(2).expand(mask_batch, 1, groups, width, columns).reshape(
-        mask_batch, 1, groups * width, columns)  # [B | 1, 1, n_rep·w, N]: row i·w + j is query j's
+    given = kwargs.get(PACKED_MASK)
+    fits = given is not None and given.shape == (attention_mask.shape[0], 1, groups * width, attention_mask.shape[3])
+    mask = given if fits else packed_mask(attention_mask, groups)  # [B | 1, 1, n_rep·w, N]
     out = torch.nn.functional.scaled_dot_product_attention(packed, key, value, attn_mask=mask, scale=scaling)
     return out.reshape(out.shape[0], heads, width, -1).transpose(1, 2).contiguous(), None  # [B, w, H, D_v]
+
+
+def packed_mask(attention_mask: torch.Tensor, groups: int) -> torch.Tensor:
+    """``attention_mask`` ``[B | 1, 1, w, N]`` (any dtype) repeated for ``groups`` packed query heads: ``[B | 1, 1,
+    groups·w, N]``, row ``i·w + j`` being query ``j``'s (a copy)."""
+    mask_batch, _, width, columns = attention_mask.shape
+    return attention_mask.unsqueeze(2).expand(mask_batch, 1, groups, width, columns).reshape(
+        mask_batch, 1, groups * width, columns)
+
+
+def mask_groups(model: PreTrainedModel) -> int:
+    """``n_rep`` for which a caller may pass ``model`` the packed mask once per forward (keyword
+    :data:`PACKED_MASK`, which transformers hands to every attention call), instead of each layer packing it (inside a
+    compiled forward, one copy per layer): the one ``num_key_value_groups`` of its attention modules, or 1 (pass
+    nothing) when they differ, none is grouped, or its ``forward`` takes no extra keyword arguments."""
+    groups = {m.num_key_value_groups for m in model.modules() if hasattr(m, "num_key_value_groups")}
+    takes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD
+                       for p in inspect.signature(type(model).forward).parameters.values())
+    return groups.pop() if len(groups) == 1 and takes_kwargs else 1
 
 
 AttentionInterface.register(NAME, packed_sdpa)

@@ -32,7 +32,7 @@ from packaging.version import Version
 from transformers import DynamicCache, PreTrainedModel, StaticCache
 from transformers.cache_utils import StaticLayer
 
-from .attention import model_configs, packed_attention
+from .attention import PACKED_MASK, mask_groups, model_configs, packed_attention, packed_mask
 from .columns import Columns
 
 SLIDING_WINDOW_MIN_VERSION = Version("5.24")
@@ -109,10 +109,10 @@ class Runner:
         raise NotImplementedError
 
     def _call(self, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor | None, cache,
-              keep: int | slice | torch.Tensor, call=None):
+              keep: int | slice | torch.Tensor, call=None, **extra):
         """One forward of ``call`` (default: the model itself) over ``ids`` int64 ``[B, w]`` at ``positions``
-        ``[B, w]``; logits ``[B, k, V_model]`` of the last ``k = keep`` columns, or of the columns ``keep`` selects
-        (a ``slice``, or int64 ``[k]``)."""
+        ``[B, w]``, with ``extra`` keyword arguments; logits ``[B, k, V_model]`` of the last ``k = keep`` columns, or
+        of the columns ``keep`` selects (a ``slice``, or int64 ``[k]``)."""
         device = self.model.device
         out = (call or self.model)(
             input_ids=ids.to(device),
@@ -121,6 +121,7 @@ class Runner:
             use_cache=True,
             logits_to_keep=keep,
             **{self.cache_kwarg: cache},
+            **extra,
         )
         if isinstance(keep, int):
             return out.logits[:, -keep:]
@@ -251,6 +252,7 @@ class StaticRunner(Runner):
         self.dtype = model.get_input_embeddings().weight.dtype
         self.compiled = compiled_call(model, compile_options) if compile_options is not None else None
         self.configs = model_configs([model])
+        self.groups = mask_groups(model) if self.configs else 1
 
     def _layer_maker(self, capacity: int) -> Callable[[], RowOffsetLayer]:
         """Makes the cache's layers, in order."""
@@ -295,8 +297,11 @@ class StaticRunner(Runner):
         self.seen.fill_(width)
 
     def _forward(self, columns, ids, positions, keep) -> torch.Tensor:
+        """A step's forward (``w`` ≤ γ + 1 columns): with grouped-query attention, its mask packed here once for
+        every layer (:func:`~flashspec_hf.attention.mask_groups`)."""
         mask = columns.attention_mask_4d(self.seen, ids.shape[1], self.dtype)  # [B, 1, w, N]
-        return self._call(ids, positions, mask, self.cache, keep, self.compiled)
+        extra = {PACKED_MASK: packed_mask(mask, self.groups)} if self.groups > 1 else {}  # [B, 1, n_rep·w, N]
+        return self._call(ids, positions, mask, self.cache, keep, self.compiled, **extra)
 
     def _call(self, *args, **kwargs):
         """:meth:`Runner._call` with grouped-query attention packed (:mod:`flashspec_hf.attention`): every forward

@@ -9,7 +9,7 @@ from transformers import AttentionInterface, FalconConfig, FalconForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from flashspec_hf import attention
-from flashspec_hf.attention import NAME, model_configs, packed_attention, packed_sdpa
+from flashspec_hf.attention import NAME, model_configs, packed_attention, packed_mask, packed_sdpa
 from tests.conftest import tiny_llama
 
 
@@ -37,28 +37,17 @@ def test_packed_attention_equals_repeated_keys_and_values(batch, kv_heads, group
     torch.testing.assert_close(packed, stock, rtol=1e-5, atol=1e-6)
 
 
-def _count_paths(monkeypatch) -> dict:
-    """Counts packed_sdpa's calls by path: "packed" (its own SDPA call) and "stock" (transformers' sdpa)."""
-    counts = {"packed": 0, "stock": 0}
-    sdpa, stock = torch.nn.functional.scaled_dot_product_attention, attention.sdpa_attention_forward
-
-    def packed(*args, **kwargs):
-        counts["packed"] += 1
-        return sdpa(*args, **kwargs)
-
-    def fallback(*args, **kwargs):
-        counts["stock"] += 1
-        return stock(*args, **kwargs)
-
-    monkeypatch.setattr(attention.torch.nn.functional, "scaled_dot_product_attention", packed)
-    monkeypatch.setattr(attention, "sdpa_attention_forward", fallback)
-    return counts
+def _count_fallbacks(monkeypatch) -> list:
+    """Records the calls packed_sdpa hands to transformers' sdpa."""
+    calls, stock = [], attention.sdpa_attention_forward
+    monkeypatch.setattr(attention, "sdpa_attention_forward", lambda *a, **k: calls.append(1) or stock(*a, **k))
+    return calls
 
 
 @pytest.mark.parametrize("case", ["no mask", "per-head mask", "query-broadcast mask", "dropout", "softcap",
                                   "position bias", "sinks", "ungrouped", "wide"])
 def test_calls_it_cannot_pack_go_to_transformers_sdpa(monkeypatch, case):
-    counts = _count_paths(monkeypatch)
+    fallbacks = _count_fallbacks(monkeypatch)
     groups = 1 if case == "ungrouped" else 2
     width = 40 if case == "wide" else 3  # per column: 2 * 40 * 4 bytes of packed mask > 2 * 4 * 8 * 4 of keys, values
     query = torch.randn(2, 2 * groups, width, 8)
@@ -83,20 +72,24 @@ def test_calls_it_cannot_pack_go_to_transformers_sdpa(monkeypatch, case):
         packed_sdpa(_Module(groups), query, key, value, mask, **kwargs)
     except ValueError:  # transformers' sdpa refusing soft-capping (5.24)
         assert case == "softcap"
-    assert counts["stock"] == 1
+    assert len(fallbacks) == 1
     packed_sdpa(_Module(2), torch.randn(2, 4, 3, 8), key, value, torch.zeros(2, 1, 3, 50))
-    assert counts["stock"] == 1 and counts["packed"] >= 1  # the packable call next to it
+    assert len(fallbacks) == 1  # the packable call next to it is packed
 
 
 def test_the_static_loop_packs_every_attention_and_restores_the_models_implementation(monkeypatch):
-    target, draft = tiny_llama(seed=0), tiny_llama(seed=1)
+    target, draft = tiny_llama(seed=0), tiny_llama(seed=1)  # 4 query heads over 2 key/value heads
     draft.config._attn_implementation = "eager"  # left alone
-    counts = _count_paths(monkeypatch)
-    prompt = torch.tensor([[1, 5, 7, 9]])
-    target.generate(prompt, assistant_models=[draft], flashspec=True, cache_implementation="static",
-                    max_new_tokens=6, do_sample=False)
+    heads, sdpa = [], torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        lambda query, *a, **k: heads.append(query.shape[1]) or sdpa(query, *a, **k))
+    inner = []
+    monkeypatch.setattr(attention, "packed_mask", lambda *a: inner.append(1) or packed_mask(*a))
+    target.generate(torch.tensor([[1, 5, 7, 9]]), assistant_models=[draft], flashspec=True,
+                    cache_implementation="static", max_new_tokens=6, do_sample=False)
     layers = target.config.num_hidden_layers
-    assert counts["packed"] and counts["packed"] % layers == 0 and counts["stock"] == 0  # the target's forwards
+    assert heads and set(heads) == {2} and len(heads) % layers == 0  # the target's forwards, all packed
+    assert len(inner) == layers  # only the prefill packs in every layer: a step's forward gets its mask packed once
     assert target.config._attn_implementation == "sdpa" and draft.config._attn_implementation == "eager"
 
 
