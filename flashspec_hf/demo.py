@@ -32,7 +32,7 @@ from .cli import (
 from .data import builtin_prompts
 from .evaluation.inputs import load_prompt_files, prepare_prompts
 from .evaluation.report import summarize
-from .evaluation.run import compare_on_prompts, software
+from .evaluation.run import compare_on_prompts, load_average, software
 
 PROG = "flashspec-demo"
 
@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     kwargs["selector"], label = run_selector(args)
     if args.do_sample:
         kwargs["temperature"] = args.temperature
+    load_before = load_average()
     results = compare_on_prompts(target, tokenizer, assistants, prompts, progress=not args.json, **kwargs)
     rows = summarize(results)
     setup = {
@@ -74,6 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         "device": str(target.device),
         "dtype": args.dtype,
         **software(),
+        "load_average_before_after": [load_before, load_average()],  # other work on the machine slows tokens/s
         **kwargs,
         "selector": label,
         **sent,
@@ -95,7 +97,9 @@ def format_table(rows: list[dict], setup: dict, greedy: bool, width: int = 100) 
     decoding = "greedy" if greedy else f"sampling T={setup.get('temperature')}"
     about = (f"target {setup['target']} on {setup['device']} ({setup['dtype']}), γ={setup['num_assistant_tokens']}, "
              f"selector={setup['selector']}, max_new_tokens={setup['max_new_tokens']}, {decoding}; "
-             f"torch {setup['torch']}, transformers {setup['transformers']}")
+             f"torch {setup['torch']}, transformers {setup['transformers']}; OpenMP threads "
+             f"{'wait passively' if setup.get('omp_wait_policy') == 'PASSIVE' else 'spin'}, 1-min load average "
+             f"{setup['load_average_before_after'][0]} before, {setup['load_average_before_after'][1]} after")
     lines = textwrap.wrap(about, width, break_on_hyphens=False) + [""]
     head = f"{'domain':<8} {'prompts':>7} {'plain tok/s':>11} {'flash tok/s':>11} {'speedup':>7} {'tau':>5}"
     head += f" {'identical':>9}" if greedy else ""

@@ -226,7 +226,7 @@ def evaluate(
     kwargs = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, num_assistant_tokens=gamma, selector=selector)
     if do_sample:
         kwargs["temperature"] = temperature
-    load_before = _load_average()
+    load_before = load_average()
     torch.manual_seed(seed)
     results = compare_on_prompts(
         target, tokenizer, assistants, prompts, progress=progress, keep_text=True, **kwargs, **generate_kwargs
@@ -259,7 +259,7 @@ def evaluate(
         **software(),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
-        "load_average_before_after": [load_before, _load_average()],  # other work on the machine slows tokens/s
+        "load_average_before_after": [load_before, load_average()],  # other work on the machine slows tokens/s
     }
     if isinstance(selector, Selector):
         record["selector"] = type(selector).__name__
@@ -272,17 +272,19 @@ def evaluate(
 
 def software() -> dict:
     """What a recorded run ran on besides the machine: torch and transformers versions, torch's CPU thread count,
-    and whether few-row products were on (:func:`flashspec_hf.cpu_products.state`: ``"on"``, ``"off"``, or
-    ``"auto: on"`` / ``"auto: off"`` as last measured)."""
+    OpenMP's wait policy (:mod:`flashspec_hf.openmp`; ``"default (spinning)"`` when unset), and whether few-row
+    products were on (:func:`flashspec_hf.cpu_products.state`: ``"on"``, ``"off"``, or ``"auto: on"`` /
+    ``"auto: off"`` as last measured)."""
     return {
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "torch_threads": torch.get_num_threads(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY") or "default (spinning)",
         "few_row_products": few_row_products_state(),
     }
 
 
-def _load_average() -> float | None:
+def load_average() -> float | None:
     """The machine's 1-minute load average (runnable processes), None where the OS has none."""
     return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
 
