@@ -172,10 +172,10 @@ def _draft_sources(target: PreTrainedModel, call: dict, assistant_models, same_t
         sources.append(PromptLookup(max_ngram=max_ngram))
     if not sources:
         if assistant_models is not None:
-            raise ValueError("assistant_models is empty: pass at least one draft model")
+            raise ValueError("assistant_models is empty: pass at least one draft model or flashspec_hf.PromptLookup()")
         raise ValueError(
-            "flashspec=True needs draft models: pass assistant_models=[draft_1, ...] (or HF's assistant_model=, "
-            "prompt_lookup_num_tokens= or assistant_early_exit=)"
+            "flashspec=True needs draft models: pass assistant_models=[draft_1, ...] (a model-free source: "
+            "flashspec_hf.PromptLookup(); or HF's assistant_model=, prompt_lookup_num_tokens= or assistant_early_exit=)"
         )
     return sources
 
