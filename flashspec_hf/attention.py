@@ -50,8 +50,9 @@ def packed_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
     ``value`` ``[B, H_kv, N, D_v]`` (one dtype), ``attention_mask`` bool or additive in the query's dtype
     ``[B | 1, 1, w, N]`` (or any mask transformers' sdpa takes); returns the output ``[B, w, H, D_v]``
     (contiguous) and no weights. Packed (module docstring) on CUDA and the CPU when the heads are grouped
-    (``module.num_key_value_groups`` = ``H / H_kv`` > 1), the mask is 4D and shared by the heads, there is no dropout, none of :data:`UNPACKED_KWARGS` is given, and the
-    packed mask is no larger than the repeated keys and values would be; any other call goes to transformers'
+    (``module.num_key_value_groups`` = ``H / H_kv`` > 1), the mask is 4D and shared by the heads, there is no
+    dropout, none of :data:`UNPACKED_KWARGS` is given, and the packed mask is no larger than the repeated keys and
+    values would be; any other call goes to transformers'
     ``sdpa_attention_forward`` as given. The packed mask is ``kwargs[PACKED_MASK]`` where given with the packed
     shape (the caller packed this call's mask once for all layers), else packed here. Raises what SDPA raises on
     inconsistent shapes."""
