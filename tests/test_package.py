@@ -2,7 +2,6 @@
 
 import ast
 import os
-import runpy
 from pathlib import Path
 
 import flashspec_hf
@@ -102,19 +101,22 @@ def test_the_checks_see_a_lazy_cycle_and_a_private_import(tmp_path, monkeypatch)
 
 
 
-def test_openmp_threads_wait_passively_on_a_busy_cpu_unless_the_environment_says_otherwise(monkeypatch):
-    """``flashspec_hf/openmp.py`` sets the policy from a load average of 0.5 on 2 cores (one other process), and the
-    package imports it before any module that imports torch (OpenMP reads it when torch loads); a policy the
-    environment already has is kept."""
+def test_openmp_threads_wait_passively_on_a_busy_cpu_unless_the_environment_says_otherwise(tmp_path):
+    """``flashspec_hf/openmp.py`` sets the policy when another task is runnable at every look (Linux), else from the
+    load average, and the package imports it before any module that imports torch (OpenMP reads it when torch
+    loads); a policy the environment already has is kept."""
     imports = [n for n in ast.parse((ROOT / "__init__.py").read_text()).body if isinstance(n, (ast.Import, ast.ImportFrom))]
     assert imports[0].level == 1 and imports[0].module is None and [a.name for a in imports[0].names] == ["openmp"]
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    for load, given, want in ((3.0, None, "PASSIVE"), (0.8, None, "PASSIVE"), (0.3, None, None),
-                              (3.0, "ACTIVE", "ACTIVE")):
-        monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
-        if given is None:
-            monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-        else:
-            monkeypatch.setenv("OMP_WAIT_POLICY", given)
-        runpy.run_path(str(ROOT / "openmp.py"))
-        assert os.environ.get("OMP_WAIT_POLICY") == want
+    from flashspec_hf import openmp
+
+    loadavg = tmp_path / "loadavg"
+    for running, others in (("1/80", 0), ("2/80", 1), ("4/90", 3)):
+        loadavg.write_text(f"0.9 1.1 1.3 {running} 4467\n")
+        assert openmp.others_runnable(str(loadavg)) == others
+    assert openmp.others_runnable(str(tmp_path / "missing")) is None
+    assert [openmp.shared(2, others, 0.0) for others in (0, 1)] == [False, True]
+    assert [openmp.shared(16, others, 0.0) for others in (3, 4)] == [False, True]
+    assert [openmp.shared(2, None, load) for load in (1.9, 2.0)] == [False, True]
+    for environ, others, want in (({}, 1, "PASSIVE"), ({}, 0, None), ({"OMP_WAIT_POLICY": "ACTIVE"}, 1, "ACTIVE")):
+        openmp.set_policy(environ, 2, others, 0.0)
+        assert environ.get("OMP_WAIT_POLICY") == want
