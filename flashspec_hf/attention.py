@@ -52,10 +52,9 @@ def packed_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
     (contiguous) and no weights. Packed (module docstring) on CUDA and the CPU when the heads are grouped
     (``module.num_key_value_groups`` = ``H / H_kv`` > 1), the mask is 4D and shared by the heads, there is no
     dropout, none of :data:`UNPACKED_KWARGS` is given, and the packed mask is no larger than the repeated keys and
-    values would be; any other call goes to transformers'
-    ``sdpa_attention_forward`` as given. The packed mask is ``kwargs[PACKED_MASK]`` where given with the packed
-    shape (the caller packed this call's mask once for all layers), else packed here. Raises what SDPA raises on
-    inconsistent shapes."""
+    values would be; any other call goes to transformers' ``sdpa_attention_forward`` as given. The packed mask is
+    ``kwargs[PACKED_MASK]`` where given with the packed shape on the query's device (the caller packed this call's
+    mask once for all layers), else packed here. Raises what SDPA raises on inconsistent shapes."""
     groups = getattr(module, "num_key_value_groups", 1)
     batch, heads, width, dim = query.shape
     packable = (
@@ -69,7 +68,8 @@ def packed_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
                                       is_causal=is_causal, **kwargs)
     packed = query.reshape(batch, key.shape[1], groups * width, dim)  # [B, H_kv, n_rep·w, D]
     given = kwargs.get(PACKED_MASK)
-    fits = given is not None and given.shape == (attention_mask.shape[0], 1, groups * width, attention_mask.shape[3])
+    fits = (given is not None and given.device == query.device
+            and given.shape == (attention_mask.shape[0], 1, groups * width, attention_mask.shape[3]))
     mask = given if fits else packed_mask(attention_mask, groups)  # [B | 1, 1, n_rep·w, N]
     out = torch.nn.functional.scaled_dot_product_attention(packed, key, value, attn_mask=mask, scale=scaling)
     return out.reshape(out.shape[0], heads, width, -1).transpose(1, 2).contiguous(), None  # [B, w, H, D_v]
