@@ -110,3 +110,16 @@ def test_packed_attention_restores_on_error_and_leaves_nested_blocks_alone():
             assert model.config._attn_implementation == NAME  # the inner block did not switch it back
             raise RuntimeError
     assert model.config._attn_implementation == "sdpa"
+
+
+def test_a_given_packed_mask_is_used_only_with_the_packed_shape_on_the_querys_device():
+    query, key = torch.randn(1, 4, 3, 8), torch.randn(1, 2, 6, 8)
+    mask = torch.where(torch.rand(1, 1, 3, 6, generator=torch.Generator().manual_seed(0)) < 0.5, 0.0, -1e9)
+    mask[..., 0] = 0.0
+    stock, _ = sdpa_attention_forward(_Module(2), query, key, key, mask)
+    for given in (torch.zeros(1, 1, 6, 6, device="meta"), torch.zeros(1, 1, 3, 6)):  # another device; unpacked shape
+        out, _ = packed_sdpa(_Module(2), query, key, key, mask, **{attention.PACKED_MASK: given})
+        torch.testing.assert_close(out, stock)
+    unmasked = torch.zeros_like(packed_mask(mask, 2))  # fits, and is wrong: it shows it was used
+    out, _ = packed_sdpa(_Module(2), query, key, key, mask, **{attention.PACKED_MASK: unmasked})
+    assert not torch.allclose(out, stock)
