@@ -328,7 +328,7 @@ def _arm_names(sources: list[DraftSource], arms: list[tuple[int, int]], several_
     appended when two sources share one), with ``@γ`` appended when several γ were given (not to the plain-decoding
     arm's)."""
     names = [s.name or f"assistant_{i}" for i, s in enumerate(sources)]
-    names = [f"{names[sources.index(s.prompt_lookup)]}+{names[sources.index(s.model)]}" if isinstance(s, LookupOrDraft) else n
-             for n, s in zip(names, sources)]
+    names = [f"{names[sources.index(s.prompt_lookup)]}+{names[sources.index(s.model)]}"
+             if isinstance(s, LookupOrDraft) else n for n, s in zip(names, sources)]
     names = [n if names.count(n) == 1 else f"{n}#{i}" for i, n in enumerate(names)]
     return [f"{names[s]}@{g}" if several_gammas and g else names[s] for s, g in arms]

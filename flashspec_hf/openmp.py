@@ -17,13 +17,12 @@ README's quick start ran at 0.26–0.28× plain ``generate`` spinning and 1.2–
 average both lags behind such a process and stays up for a minute after work that has ended (right after its
 install, at load 1.0, the demo ran with passive threads under a load threshold of 0.5: 1.08× plain, where the same
 command spinning had given 1.38× an hour before), so on Linux the test counts the tasks runnable right now instead.
-OpenMP reads the policy once, when torch loads it: a program that imports torch before ``flashspec_hf`` keeps the spinning policy
-unless ``OMP_WAIT_POLICY=PASSIVE`` is in its environment (or it calls ``torch.set_num_threads(1)``).
+OpenMP reads the policy once, when torch loads it: a program that imports torch before ``flashspec_hf`` keeps the
+spinning policy unless ``OMP_WAIT_POLICY=PASSIVE`` is in its environment (or it calls ``torch.set_num_threads(1)``).
 """
 
 import os
 import time
-
 
 SAMPLES = 5
 """Looks at the runnable tasks, 10 ms apart (:func:`others_runnable`)."""
