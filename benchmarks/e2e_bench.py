@@ -306,9 +306,29 @@ def profile_cell(engine, model, assistants, ids, mask, args, path):
             f"under the profiler\nkernels: {len(kernels)} ({len(kernels) / tokens:.0f} per token, "
             f"{len(kernels) / max(len(steps) + 1, 1):.0f} per step); kernel time {kernel_ms:.1f} ms "
             f"({kernel_ms / tokens:.3f} ms per token)\n\n")
+    per_step = len(steps) + 1
+    split = "".join(f"  {kind:<9} {n / per_step:7.1f} kernels {ms / per_step * 1e3:8.1f} us per step\n"
+                    for kind, (n, ms) in kernel_kinds(kernels).items())
     sort = "device_time_total" if kernels else "cpu_time_total"
     with open(path, "a") as f:
-        f.write(head + prof.key_averages().table(sort_by=sort, row_limit=25, max_name_column_width=70) + "\n\n")
+        f.write(head + split + "\n" + prof.key_averages().table(sort_by=sort, row_limit=25, max_name_column_width=70)
+                + "\n\n")
+
+
+KERNEL_KINDS = {"gemm": ("gemm", "nvjet", "gemv", "xmma", "splitk"), "attention": ("sdpa", "flash", "fmha", "attn"),
+                "triton": ("triton",), "reduce": ("reduce",), "copy": ("copy", "memcpy", "memset")}
+"""Kernel-name substrings (lower case) that sort a profiled kernel into a kind, first match wins; else ``other``."""
+
+
+def kernel_kinds(kernels) -> dict:
+    """Profiled device kernels by kind (:data:`KERNEL_KINDS`): ``{kind: (count, device ms)}``, most time first."""
+    kinds = {}
+    for e in kernels:
+        name = e.name.lower()
+        kind = next((k for k, keys in KERNEL_KINDS.items() if any(key in name for key in keys)), "other")
+        n, ms = kinds.get(kind, (0, 0.0))
+        kinds[kind] = (n + 1, ms + e.device_time / 1e3)
+    return dict(sorted(kinds.items(), key=lambda kv: -kv[1][1]))
 
 
 def plot(rows, path):
