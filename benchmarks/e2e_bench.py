@@ -307,6 +307,11 @@ def profile_cell(engine, model, assistants, ids, mask, args, path):
             f"{len(kernels) / max(len(steps) + 1, 1):.0f} per step); kernel time {kernel_ms:.1f} ms "
             f"({kernel_ms / tokens:.3f} ms per token)\n\n")
     per_step = len(steps) + 1
+    phases = {}  # flashspec's named host phases (flashspec_hf.decoding): host ms in this call
+    for e in prof.events():
+        if e.name.startswith("flashspec."):
+            phases[e.name] = phases.get(e.name, 0.0) + e.cpu_time_total / 1e3
+    head += "".join(f"  host {name:<20} {ms:8.2f} ms\n" for name, ms in phases.items())
     split = "".join(f"  {kind:<9} {n / per_step:7.1f} kernels {ms / per_step * 1e3:8.1f} us per step\n"
                     for kind, (n, ms) in kernel_kinds(kernels).items())
     sort = "device_time_total" if kernels else "cpu_time_total"

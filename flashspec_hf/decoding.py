@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from torch.profiler import record_function
 from transformers import GenerationConfig, PreTrainedModel
 from transformers.generation.logits_process import LogitsProcessorList
 from transformers.generation.stopping_criteria import StoppingCriteriaList
@@ -215,11 +216,12 @@ def speculative_decode(
     stopping = Stopping(stopping_criteria, limit, backend.buffers)
     sequences = Sequences(input_ids, capacity, pad_token_id, backend.buffers)
     window = prompt_window(columns) if selector.wants_prior else None  # prompt columns the sources are scored on
-    target = backend.target_runner(model, columns, window)
-    sources = [
-        a if isinstance(a, DraftSource) else ModelDrafts(backend.draft_runner(a, columns, i, window), vocab_size)
-        for i, a in enumerate(assistants)
-    ]
+    with record_function("flashspec.prefill"):  # host phases, named for torch.profiler (benchmarks.e2e_bench)
+        target = backend.target_runner(model, columns, window)
+        sources = [
+            a if isinstance(a, DraftSource) else ModelDrafts(backend.draft_runner(a, columns, i, window), vocab_size)
+            for i, a in enumerate(assistants)
+        ]
     sources += [LookupOrDraft(sources[lookup], sources[draft]) for lookup, draft in mixes]
     names = _arm_names(sources, arms, several_gammas=len(gammas) > 1)
     stats = FlashSpecStats(names, max(gammas), [g for _, g in arms])
@@ -245,11 +247,14 @@ def speculative_decode(
     rows = min(batch_size * (max(gammas) + 1), MAX_ROWS)  # a verification forward's
     with few_row_products([model, *(a for a in assistants if isinstance(a, PreTrainedModel))], rows):  # CPU only
         if selector.cost_aware:
-            selector.set_costs(arm_costs(target, sources, arms, columns, type(backend).__name__))
+            with record_function("flashspec.arm_costs"):
+                selector.set_costs(arm_costs(target, sources, arms, columns, type(backend).__name__))
         if window is not None:
-            selector.prior(*prompt_agreement(target, sources, arms, run.ctx, window))
+            with record_function("flashspec.prior"):
+                selector.prior(*prompt_agreement(target, sources, arms, run.ctx, window))
         stats.setup_seconds = time.perf_counter() - start
-        decode(run, backend, streamer)
+        with record_function("flashspec.steps"):
+            decode(run, backend, streamer)
 
     stats.new_tokens = sum(sequences.num_new_host)
     stats.seconds = time.perf_counter() - start
