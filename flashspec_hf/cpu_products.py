@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import statistics
 import threading
 import time
 import types
@@ -43,14 +42,20 @@ import torch
 MAX_ROWS = 16
 """Largest row count rerouted; from 32 rows on the two orders measured within 0.9–1.5× of each other."""
 
-TIMED_BYTES = 64 << 20
-"""Weights timed by :func:`pays`: the models' first eligible layers up to this many bytes (past the caches)."""
+TIMED_BYTES = 160 << 20
+"""Weights timed by :func:`pays`: the models' first eligible layers up to this many bytes, well past the caches (at
+64 MB the transposed order chose itself in 6 of 8 processes on this project's CPU, at 160 MB in 8 of 8; about
+0.25 s once per process for SmolLM2)."""
 
-RATIO = 0.9
-"""The transposed order is used when it took at most this fraction of ``linear``'s time."""
+RATIO = 1.0
+"""The transposed order is used when its fastest pass took at most this fraction of ``linear``'s fastest. In six
+processes on this project's CPU (SmolLM2-135M, fp32, 2 threads) a whole five-column forward took 0.82–0.98× the time
+with the transposed order, while a timing of the first 64 MB of layers gave 0.72–1.03×: a ratio of 0.9 on the
+medians of 3 passes turned it off in half of them."""
 
-REPEATS = 3
-"""Timed passes of each order (after one warm-up pass each), alternating; the medians are compared."""
+REPEATS = 5
+"""Timed passes of each order (after one warm-up pass each), alternating; each order counts its fastest (another
+process can only slow a pass down)."""
 
 
 def few_row_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -90,7 +95,7 @@ def rerouting() -> bool:
 
 def pays(layers: list[torch.nn.Linear], rows: int) -> bool:
     """Whether ``(W xᵀ)ᵀ`` took at most :data:`RATIO` of ``linear``'s time for ``rows``-row inputs through the
-    first of ``layers`` (about :data:`TIMED_BYTES` of their weights; median of :data:`REPEATS` alternating
+    first of ``layers`` (about :data:`TIMED_BYTES` of their weights; the fastest of :data:`REPEATS` alternating
     passes), measured once per process for each set of weight shapes, ``rows`` and torch thread count."""
     timed, size = [], 0
     for layer in layers:
@@ -116,7 +121,7 @@ def pays(layers: list[torch.nn.Linear], rows: int) -> bool:
                             torch.matmul(layer.weight, x.T).T.contiguous()
                     if repeat:  # the first pass of each order warms up
                         seconds[linear_order].append(time.perf_counter() - start)
-        _decisions[key] = statistics.median(seconds[False]) <= RATIO * statistics.median(seconds[True])
+        _decisions[key] = min(seconds[False]) <= RATIO * min(seconds[True])
     return _decisions[key]
 
 
