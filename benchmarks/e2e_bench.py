@@ -292,24 +292,28 @@ def run_cell(engine, model, assistants, ids, mask, args, reference):
 
 
 def profile_cell(engine, model, assistants, ids, mask, args, path):
-    """One more warm call under ``torch.profiler`` (its own overhead included): device kernels launched and their
-    time per new token, and the 25 ops of most device time, appended to ``path``."""
+    """One more warm call under ``torch.profiler`` (its own overhead included), appended to ``path``: device kernels
+    launched and their time, per new token and per step (every kernel of the call, prefill included, over its steps),
+    by kind (:data:`KERNEL_KINDS`); the host wall ms of each ``flashspec.*`` range (the call's set-up phases and its
+    steps, :mod:`flashspec_hf.decoding`; device waits included, one-off work outside them, such as the CPU's
+    few-row timing, not); and the 25 ops of most device time."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if model.device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         out, seconds, steps, _ = generate_once(engine, model, assistants, ids, mask, args, args.max_new_tokens)
-    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    tokens = args.max_new_tokens  # per row
+    events = prof.events()
+    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA  # not a range's device span
+               and not getattr(e, "is_user_annotation", False) and not e.name.startswith("flashspec.")]
+    tokens, per_step = args.max_new_tokens, len(steps) + 1  # per row
     kernel_ms = sum(e.device_time for e in kernels) / 1e3
-    head = (f"{engine}, B = {ids.shape[0]}, {tokens} new tokens a row, {len(steps) + 1} steps, {seconds:.3f} s wall "
+    head = (f"{engine}, B = {ids.shape[0]}, {tokens} new tokens a row, {per_step} steps, {seconds:.3f} s wall "
             f"under the profiler\nkernels: {len(kernels)} ({len(kernels) / tokens:.0f} per token, "
-            f"{len(kernels) / max(len(steps) + 1, 1):.0f} per step); kernel time {kernel_ms:.1f} ms "
+            f"{len(kernels) / per_step:.0f} per step); kernel time {kernel_ms:.1f} ms "
             f"({kernel_ms / tokens:.3f} ms per token)\n\n")
-    per_step = len(steps) + 1
-    phases = {}  # flashspec's named host phases (flashspec_hf.decoding): host ms in this call
-    for e in prof.events():
-        if e.name.startswith("flashspec."):
+    phases = {}  # flashspec's named host ranges (siblings, none nested): host wall ms in this call
+    for e in events:
+        if e.name.startswith("flashspec.") and e.device_type == torch.autograd.DeviceType.CPU:
             phases[e.name] = phases.get(e.name, 0.0) + e.cpu_time_total / 1e3
     head += "".join(f"  host {name:<20} {ms:8.2f} ms\n" for name, ms in phases.items())
     split = "".join(f"  {kind:<9} {n / per_step:7.1f} kernels {ms / per_step * 1e3:8.1f} us per step\n"
@@ -322,7 +326,9 @@ def profile_cell(engine, model, assistants, ids, mask, args, path):
 
 KERNEL_KINDS = {"gemm": ("gemm", "nvjet", "gemv", "xmma", "splitk"), "attention": ("sdpa", "flash", "fmha", "attn"),
                 "triton": ("triton",), "reduce": ("reduce",), "copy": ("copy", "memcpy", "memset")}
-"""Kernel-name substrings (lower case) that sort a profiled kernel into a kind, first match wins; else ``other``."""
+"""Kernel-name substrings (lower case) that sort a profiled kernel into a kind, first match wins; else ``other``.
+``triton`` is inductor's generated kernels (``triton_poi_…``, ``triton_per_…``); flashspec's own Triton kernels
+(verification) fall under ``other``."""
 
 
 def kernel_kinds(kernels) -> dict:

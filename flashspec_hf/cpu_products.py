@@ -43,9 +43,9 @@ MAX_ROWS = 16
 """Largest row count rerouted; from 32 rows on the two orders measured within 0.9–1.5× of each other."""
 
 TIMED_BYTES = 160 << 20
-"""Weights timed by :func:`pays`: the models' first eligible layers up to this many bytes, well past the caches (at
-64 MB the transposed order chose itself in 6 of 8 processes on this project's CPU, at 160 MB in 8 of 8; about
-0.25 s once per process for SmolLM2)."""
+"""Weights timed by :func:`pays`: the models' first eligible layers up to this many bytes, well past the caches.
+With the rule of :data:`RATIO` and :data:`REPEATS`, the SmolLM2 demo's models were decided on in 6 of 8 processes on
+this project's CPU at 64 MB and in 8 of 8 at 160 MB (2 of 3 demo runs since); about 0.25 s once per process."""
 
 RATIO = 1.0
 """The transposed order is used when its fastest pass took at most this fraction of ``linear``'s fastest. In six

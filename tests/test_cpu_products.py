@@ -112,7 +112,7 @@ def test_generate_verifies_through_few_row_products(monkeypatch, target):
 
 
 @pytest.mark.parametrize("transposed_faster", [True, False])
-def test_auto_reroutes_only_where_the_transposed_order_measured_faster(monkeypatch, transposed_faster):
+def test_auto_reroutes_only_where_the_transposed_order_measured_not_slower(monkeypatch, transposed_faster):
     """Unset: the decision is pays()'s, timed once per set of shapes, rows and threads, and kept."""
     monkeypatch.delenv("FLASHSPEC_FEW_ROW_PRODUCTS")
     monkeypatch.setattr(cpu_products, "_decisions", {})
@@ -145,3 +145,37 @@ def test_auto_reroutes_only_where_the_transposed_order_measured_faster(monkeypat
     with few_row_products([model], rows=3):
         pass
     assert len(timed) == 4 * layers * (cpu_products.REPEATS + 1)  # another row count: measured again
+
+
+@pytest.mark.parametrize("case", ["one fast pass", "tie"])
+def test_pays_compares_each_orders_fastest_pass_and_reroutes_on_a_tie(monkeypatch, case):
+    """pays() takes each order's fastest timed pass (another process only slows passes down) and reroutes when the
+    transposed order is not slower: one fast transposed pass among slow ones wins (a median would say no), and so
+    does a tie (a ratio below 1 would say no)."""
+    monkeypatch.setattr(cpu_products, "_decisions", {})
+    model = tiny_llama()
+    layers = [m for m in model.modules() if type(m) is torch.nn.Linear]
+    calls = {"linear": 0, "transposed": 0}
+    clock = [0.0]
+
+    def tick(order):
+        passed = calls[order] // len(layers)  # 0 is the untimed warm-up pass
+        calls[order] += 1
+        if order == "linear" or case == "tie":
+            clock[0] += 1.0
+        else:  # transposed: slow but for its last timed pass
+            clock[0] += 0.9 if passed == cpu_products.REPEATS else 3.0
+
+    def matmul(weight, x):
+        tick("transposed")
+        return torch.mm(weight, x)
+
+    def linear(x, weight, bias=None):
+        tick("linear")
+        return torch.mm(x, weight.T)
+
+    monkeypatch.setattr(cpu_products.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(cpu_products.torch, "matmul", matmul)
+    monkeypatch.setattr(cpu_products.torch.nn.functional, "linear", linear)
+    assert cpu_products.pays(layers, rows=5)
+    assert calls["transposed"] == calls["linear"] == len(layers) * (cpu_products.REPEATS + 1)
