@@ -124,21 +124,21 @@ def _names_sdpa(module_name: str) -> bool:
 
 
 @contextlib.contextmanager
-def packed_attention(configs: list[PretrainedConfig]) -> Iterator[None]:
-    """Within the block, the configs (:func:`model_configs`) whose attention implementation is ``sdpa`` use
-    :func:`packed_sdpa` instead, while ``sdpa`` is transformers' own function (not one registered over it); each
-    gets its own value back after the block, also on an error. Each config is switched alone (transformers' setter
-    would also set its sub-configs), and only where it reads ``sdpa``, so nested blocks and other implementations
-    (eager, flash) are left as they are. Meant for forwards that pass a 4D mask (transformers then builds none: a 2D
-    mask would get ``sdpa``'s). The configs are shared state: another thread using the same models meanwhile runs
-    :func:`packed_sdpa` too (the same attention), and forwards compiled inside the block specialise on its name (as
-    flashspec's compiled forwards, which run only inside it)."""
+def packed_attention(configs: list[PretrainedConfig]) -> Iterator[bool]:
+    """Within the block (given whether any of the configs then reads :func:`packed_sdpa`), the configs
+    (:func:`model_configs`) whose attention implementation is ``sdpa`` use :func:`packed_sdpa` instead, while ``sdpa``
+    is transformers' own function (not one registered over it); each gets its own value back after the block, also on an
+    error. Each config is switched alone (transformers' setter would also set its sub-configs), and only where it reads
+    ``sdpa``, so nested blocks and other implementations (eager, flash) are left as they are. Meant for forwards that
+    pass a 4D mask (transformers then builds none: a 2D mask would get ``sdpa``'s). The configs are shared state:
+    another thread using the same models meanwhile runs :func:`packed_sdpa` too (the same attention), and forwards
+    compiled inside the block specialise on its name (as flashspec's compiled forwards, which run only inside it)."""
     ours = AttentionInterface._global_mapping.get("sdpa") is sdpa_attention_forward
     switched = [c for c in configs if ours and c._attn_implementation == "sdpa"]
     for config in switched:
         config._attn_implementation_internal = NAME
     try:
-        yield
+        yield any(c._attn_implementation == NAME for c in configs)  # this block's switches, or an outer block's
     finally:
         for config in switched:
             config._attn_implementation_internal = "sdpa"

@@ -297,17 +297,19 @@ class StaticRunner(Runner):
         self.seen.fill_(width)
 
     def _forward(self, columns, ids, positions, keep) -> torch.Tensor:
-        """A step's forward (``w`` ≤ γ + 1 columns): with grouped-query attention, its mask packed here once for
-        every layer (:func:`~flashspec_hf.attention.mask_groups`)."""
+        """A step's forward (``w`` ≤ γ + 1 columns), its mask packed once for every layer (:meth:`_call`)."""
         mask = columns.attention_mask_4d(self.seen, ids.shape[1], self.dtype)  # [B, 1, w, N]
-        extra = {PACKED_MASK: packed_mask(mask, self.groups)} if self.groups > 1 else {}  # [B, 1, n_rep·w, N]
-        return self._call(ids, positions, mask, self.cache, keep, self.compiled, **extra)
+        return self._call(ids, positions, mask, self.cache, keep, self.compiled, pack_mask=True)
 
-    def _call(self, *args, **kwargs):
-        """:meth:`Runner._call` with grouped-query attention packed (:mod:`flashspec_hf.attention`): every forward
-        here passes a 4D mask."""
-        with packed_attention(self.configs):
-            return super()._call(*args, **kwargs)
+    def _call(self, ids, positions, mask, cache, keep, call=None, pack_mask: bool = False):
+        """:meth:`Runner._call` with grouped-query attention packed (:mod:`flashspec_hf.attention`; every forward
+        here passes a 4D mask). With ``pack_mask`` (a step's few columns; a prefill's mask may be too wide to pack)
+        and packing in effect, the mask is packed here once for every layer
+        (:func:`~flashspec_hf.attention.mask_groups`) rather than by each layer."""
+        with packed_attention(self.configs) as packing:
+            packs = pack_mask and packing and self.groups > 1
+            extra = {PACKED_MASK: packed_mask(mask, self.groups)} if packs else {}  # [B, 1, n_rep·w, N]
+            return super()._call(ids, positions, mask, cache, keep, call, **extra)
 
 
 class EarlyExitRunner(StaticRunner):

@@ -93,6 +93,25 @@ def test_the_static_loop_packs_every_attention_and_restores_the_models_implement
     assert target.config._attn_implementation == "sdpa" and draft.config._attn_implementation == "eager"
 
 
+def test_a_step_packs_no_mask_for_a_model_whose_attention_is_not_packed(monkeypatch):
+    """An eager target and draft (grouped heads, so packable if they were sdpa) get no packed mask in their steps:
+    nothing would read it."""
+    from flashspec_hf import runners
+
+    target, draft = tiny_llama(seed=0), tiny_llama(seed=1)
+    for model in (target, draft):
+        model.config._attn_implementation = "eager"
+    built = []
+    monkeypatch.setattr(runners, "packed_mask", lambda *a: built.append(1) or packed_mask(*a))
+    target.generate(torch.tensor([[1, 5, 7, 9]]), assistant_models=[draft], flashspec=True,
+                    cache_implementation="static", max_new_tokens=6, do_sample=False)
+    assert built == []
+    target.config._attn_implementation = "sdpa"  # the same call with the target's attention packed
+    target.generate(torch.tensor([[1, 5, 7, 9]]), assistant_models=[draft], flashspec=True,
+                    cache_implementation="static", max_new_tokens=6, do_sample=False)
+    assert built
+
+
 def test_models_whose_code_reads_the_implementations_name_are_not_switched():
     falcon = FalconForCausalLM(FalconConfig(vocab_size=97, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
                                             new_decoder_architecture=True, num_kv_heads=2))
