@@ -13,7 +13,8 @@ out, and how steps are launched.
   has fixed shapes and addresses. On CUDA (every model on one GPU) the whole step of each arm, drafting, verification
   and commit included, is captured once as a CUDA graph and replayed: a step is one launch, the forwards inside it
   (target and draft models on CUDA) compiled by inductor, and the host seconds of the eager first steps and captures
-  (where compilation happens) are reported apart (:attr:`StaticBackend.warmup_seconds`). The state a step touches
+  (where compilation happens) are reported apart (:attr:`StaticBackend.warmup_seconds`). Each runner's compiled
+  prefill is captured too, once per shape (up to :data:`MAX_CAPTURED_PREFILL_TOKENS`). The state a step touches
   (columns, sequences, caches, limits) is kept on the target between calls of the same set-up, so later calls replay
   the graphs the first one captured. Reports are read ``MAX_IN_FLIGHT`` steps late, so a step enqueues without any
   synchronisation. Finished rows emit nothing, so the steps queued after the last row finished cost time but change no
@@ -34,7 +35,9 @@ from transformers import PreTrainedModel
 from .buffers import Buffers
 from .columns import Columns
 from .reports import Report
-from .runners import DynamicRunner, EarlyExitRunner, Runner, StaticRunner, has_standard_static_layers, on_one_gpu
+from .runners import (
+    Capture, DynamicRunner, EarlyExitRunner, Runner, StaticRunner, has_standard_static_layers, on_one_gpu,
+)
 from .selection import Selector
 from .target_parts import is_early_exit_of
 
@@ -48,7 +51,12 @@ KEPT_SESSIONS = 4
 """Static sessions (state, caches, step graphs) kept per target model, least recently used dropped first."""
 
 EAGER_USES = 1
-"""Steps an arm runs eagerly in a static session before its step is captured (compilation happens there)."""
+"""Steps an arm runs eagerly in a static session before its step is captured (compilation happens there); the same
+for a prefill's shape."""
+
+MAX_CAPTURED_PREFILL_TOKENS = 8192
+"""Prefills feeding more tokens (batch × columns) are launched from the host, not captured: their kernels outlast
+the launches, and a captured prefill keeps its activations in the session's memory pool."""
 
 
 class Backend(ABC):
@@ -151,14 +159,15 @@ class DynamicBackend(Backend):
 
 
 class StaticSession:
-    """What a static call's steps touch, kept on the target between calls of one set-up: state buffers, runners and
-    the captured step of each arm."""
+    """What a static call's steps touch, kept on the target between calls of one set-up: state buffers, runners, the
+    captured step of each arm and the captured prefills."""
 
     def __init__(self, device: torch.device):
         self.buffers = Buffers(device, keep=True)
         self.runners: dict[str, StaticRunner] = {}  # "target" or "draft <source index>" -> runner
         self.graphs: dict[int, tuple] = {}  # arm -> (CUDA graph, the step's outputs)
-        self.uses = Counter()  # arm -> steps launched
+        self.prefills: dict[tuple, tuple] = {}  # (runner key, fed, W) -> (CUDA graph, logits)
+        self.uses = Counter()  # arm, or a prefill's key -> launches
         self.pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None
 
 
@@ -199,17 +208,34 @@ class StaticBackend(Backend):
 
     def target_runner(self, model: PreTrainedModel, columns: Columns, window: range | None = None) -> Runner:
         runner = self._runner("target", model, columns)
-        runner.prefill(columns, columns.start_length - 1, window)  # the pending column is read with the drafts
+        # the pending column is read with the drafts
+        runner.prefill(columns, columns.start_length - 1, window, self._prefill_capture("target", model))
         return runner
 
     def draft_runner(self, model: PreTrainedModel, columns: Columns, source: int,
                      window: range | None = None) -> Runner:
         target = self.session.runners["target"]
         shares = is_early_exit_of(model, target.model)  # then it reads and writes the target's cache
-        runner = self._runner(f"draft {source}", model, columns, target if shares else None)
+        key = f"draft {source}"
+        runner = self._runner(key, model, columns, target if shares else None)
         # two columns behind (an early exit: at the target's pending)
-        runner.prefill(columns, columns.start_length - 2, window)
+        runner.prefill(columns, columns.start_length - 2, window, self._prefill_capture(key, model))
         return runner
+
+    def _prefill_capture(self, key: str, model: PreTrainedModel) -> Capture | None:
+        """How runner ``key`` runs its compiled prefills: captured per shape, like a step (:meth:`_captured`; its
+        host seconds count in the call's set-up, not in :attr:`warmup_seconds`), when ``model`` sits on the call's
+        GPU and the prefill feeds at most :data:`MAX_CAPTURED_PREFILL_TOKENS`; else None (launched from the
+        host)."""
+        if not (self.cuda and on_one_gpu(model) and model.device == self.device):
+            return None
+
+        def capture(shape: tuple, run: Callable[[], torch.Tensor]) -> torch.Tensor:
+            if self.batch_size * shape[0] > MAX_CAPTURED_PREFILL_TOKENS:
+                return run()
+            return self._captured(self.session.prefills, (key, *shape), run, warmup=False)
+
+        return capture
 
     def _runner(self, key: str, model, columns: Columns, target: StaticRunner | None = None) -> StaticRunner:
         """The session's runner ``key``, new if none (an :class:`EarlyExitRunner` over ``target``'s cache when
@@ -241,22 +267,28 @@ class StaticBackend(Backend):
     def step(self, arm: int, run_step: Callable):
         """Eager for an arm's first :data:`EAGER_USES` steps of the session (or everywhere off CUDA), then captured
         once as a CUDA graph and replayed."""
-        session = self.session
-        session.uses[arm] += 1
         if not self.graphed:
             return run_step(arm)
+        return self._captured(self.session.graphs, arm, lambda: run_step(arm))
+
+    def _captured(self, graphs: dict, key, run: Callable, warmup: bool = True):
+        """``run()``'s outputs: eager for the session's first :data:`EAGER_USES` uses of ``key``, then captured once
+        as a CUDA graph (kept in ``graphs``, in the session's memory pool) and replayed. With ``warmup``, host
+        seconds of the eager uses and the capture go to :attr:`warmup_seconds`."""
+        session = self.session
+        session.uses[key] += 1
         start = time.perf_counter()
-        if session.uses[arm] <= EAGER_USES:
-            outputs = run_step(arm)
-            self.warmup_seconds += time.perf_counter() - start
+        if session.uses[key] <= EAGER_USES:
+            outputs = run()
+            self.warmup_seconds += warmup * (time.perf_counter() - start)
             return outputs
-        if arm not in session.graphs:
+        if key not in graphs:
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=session.pool):
-                outputs = run_step(arm)
-            session.graphs[arm] = (graph, outputs)
-            self.warmup_seconds += time.perf_counter() - start
-        graph, outputs = session.graphs[arm]
+                outputs = run()
+            graphs[key] = (graph, outputs)
+            self.warmup_seconds += warmup * (time.perf_counter() - start)
+        graph, outputs = graphs[key]
         graph.replay()
         return outputs
 

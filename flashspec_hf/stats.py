@@ -19,8 +19,9 @@ class FlashSpecStats:
         step_seconds: wall time of each step (s), measured between the loop's per-step synchronisations.
         new_tokens: tokens generated, all rows together.
         seconds: wall time of the call inside ``generate`` (s), setup included.
-        setup_seconds: of ``seconds``, the time before the first step (s): caches, the prefill, and on a set-up's
-            first call the arm-cost calibration (the first compilations of a cost-aware call happen there).
+        setup_seconds: of ``seconds``, the time before the first step (s): caches, the prefills (on CUDA compiled,
+            then captured as CUDA graphs, in a set-up's first calls), and on a set-up's first call the arm-cost
+            calibration (the first compilations of a cost-aware call happen there).
         warmup_seconds: of ``seconds``, host time of the static loop's steps run eagerly before their CUDA graphs
             and of the captures (s): the (other) compilations happen there, on a set-up's first calls only.
     """

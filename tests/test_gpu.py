@@ -110,18 +110,34 @@ def test_static_engine_with_cuda_graphs_equals_stock(disable_compile):
 def test_static_engine_with_the_prompt_prior_equals_stock():
     """The default selector reads the prompt: the compiled static prefill keeps the logits of the window's columns
     (their count W changes with the prompt's length between calls) and every draft guesses them; output stays equal
-    to stock's."""
+    to stock's. Each prompt set comes three times in other tokens: its prefills are launched (compiled), then
+    captured, then replayed on the third prompts, where each model's guesses equal a fresh session's."""
     from flashspec_hf import SELECTORS, PromptLookup
+    from flashspec_hf.backends import clear_static_sessions
 
     target, drafts = _static_models()
     selector = SELECTORS["cost_aware_discounted_thompson"]()
-    for rows in ([[3 + (7 * i) % 90 for i in range(40)], [5 + (3 * i) % 80 for i in range(10)]],
-                 [[5, 17, 33, 8, 90, 41, 7, 11, 60, 61, 62, 63], [12, 60]]):
+    first = [[[3 + (7 * i) % 90 for i in range(40)], [5 + (3 * i) % 80 for i in range(10)]],
+             [[5, 17, 33, 8, 90, 41, 7, 11, 60, 61, 62, 63], [12, 60]]]
+    calls = [[[(t * k) % 94 + 3 for t in row] for row in rows] for k in (1, 13, 29) for rows in first]
+
+    def guesses(rows) -> list[torch.Tensor]:  # each runner's greedy tokens over the prompt window
         ids, mask = left_padded(rows)
         out = target.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=24, do_sample=False,
                               assistant_models=[*drafts, PromptLookup()], selector=selector,
                               cache_implementation="static", flashspec=True)
         assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 24)
+        (session,) = target.__dict__["_flashspec_static_sessions"].values()
+        return [r.prompt_argmax.clone() for r in session.runners.values() if r.prompt_argmax is not None]
+
+    replayed = [guesses(rows) for rows in calls]
+    (session,) = target.__dict__["_flashspec_static_sessions"].values()
+    keys = [(key, 64, w) for key in ("draft 1", "draft 2", "target") for w in (10, 32)]
+    assert sorted(session.prefills) == keys, "each model's prefill of each shape was captured"
+    for rows, got in zip(calls[-2:], replayed[-2:]):
+        clear_static_sessions(target)
+        want = guesses(rows)
+        assert len(got) == 3 and all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
 
 
 def test_first_calls_capture_every_arm_then_switches_only_replay():
@@ -140,6 +156,7 @@ def test_first_calls_capture_every_arm_then_switches_only_replay():
         assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 32)
     (session,) = target.__dict__["_flashspec_static_sessions"].values()
     assert sorted(session.graphs) == list(range(selector.num_arms)), "every arm (the plain one too) was captured"
+    assert sorted(key[0] for key in session.prefills) == ["draft 1", "draft 2", "target"], "and every prefill"
     assert target.flashspec_stats.warmup_seconds == 0, "the last call captured nothing"
     target, drafts = _static_models()  # a fixed arm warms up only itself
     target.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=16, do_sample=False, flashspec=True,

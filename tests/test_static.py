@@ -413,3 +413,45 @@ def test_a_second_static_call_compiles_nothing(monkeypatch):
     got = _flash(target, drafts, longer, **kw)
     assert counters["stats"]["unique_graphs"] == graphs
     assert_rows_equal_stock(target, longer, got, 12)
+
+
+def test_a_replayed_prefill_computes_each_calls_own_prefill(monkeypatch):
+    """On CUDA a compiled prefill is captured per shape and replayed by later calls
+    (``StaticBackend._prefill_capture``). A replay is modelled here by running again the closure the shape's first
+    use captured (its host values frozen, as in a graph): prompts of other lengths and tokens in the same bucket must
+    give each call's own prefill, the prompt prior's window included (same ``W``, other columns), and decode like
+    stock."""
+    import flashspec_hf.backends
+    from flashspec_hf import SELECTORS
+    from flashspec_hf.backends import clear_static_sessions
+
+    from .conftest import assert_rows_equal_stock
+
+    backend = flashspec_hf.backends.StaticBackend
+    monkeypatch.setattr(backend, "options_for", lambda self, model: {})  # compiled forwards, as on CUDA
+    rounded = backend.capacity
+    monkeypatch.setattr(backend, "capacity", lambda self, *a: -(-rounded(self, *a) // 128) * 128)
+    target = tiny_llama(layers=2, seed=0, peak=8.0)
+    drafts = [tiny_llama(layers=1, vocab=101, seed=5, peak=8.0)]  # a cache of its own: a prefill of its own
+    calls = [[[3 + (7 * i) % 90 for i in range(40)], [5 + (3 * i) % 80 for i in range(36)]],
+             [[4 + (5 * i) % 90 for i in range(45)], [9 + (11 * i) % 80 for i in range(38)]]]  # W = 32, other starts
+    selector = SELECTORS["cost_aware_discounted_thompson"]  # reads the prompt window
+
+    def decode() -> list:
+        prefills = []
+        for rows in calls:
+            got = _flash(target, drafts, rows, max_new_tokens=8, selector=selector(), **STATIC)
+            assert_rows_equal_stock(target, rows, got, 8)
+            (session,) = target.__dict__["_flashspec_static_sessions"].values()
+            prefills.append([runner.prompt_argmax.clone() for runner in session.runners.values()])
+        return prefills
+
+    launched = decode()
+    clear_static_sessions(target)
+    first_runs = {}
+    monkeypatch.setattr(backend, "_prefill_capture",
+                        lambda self, key, model: lambda shape, run: first_runs.setdefault((key, *shape), run)())
+    replayed = decode()
+    assert sorted(first_runs) == [("draft 0", 64, 32), ("target", 64, 32)], "the second call replayed both"
+    for want, got in zip(launched, replayed, strict=True):
+        assert all(torch.equal(w, g) for w, g in zip(want, got, strict=True))
