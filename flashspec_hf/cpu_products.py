@@ -81,11 +81,13 @@ def setting() -> str:
 
 
 def state() -> str:
-    """What a record should say: :func:`setting`, with the last measured decision of this process after
-    ``"auto"`` (``"auto: on"``, ``"auto: off"``; plain ``"auto"`` before any)."""
+    """What a record should say: :func:`setting`, with the last measured decision of this process and its ratio
+    after ``"auto"`` (``"auto: on (0.73)"``, ``"auto: off (1.04)"``: the transposed order's time over
+    ``linear``'s; plain ``"auto"`` before any)."""
     if setting() != "auto" or not _decisions:
         return setting()
-    return "auto: " + ("on" if list(_decisions.values())[-1] else "off")
+    ratio = list(_decisions.values())[-1]
+    return f"auto: {'on' if ratio <= RATIO else 'off'} ({ratio:.2f})"
 
 
 def rerouting() -> bool:
@@ -121,14 +123,14 @@ def pays(layers: list[torch.nn.Linear], rows: int) -> bool:
                             torch.matmul(layer.weight, x.T).T.contiguous()
                     if repeat:  # the first pass of each order warms up
                         seconds[linear_order].append(time.perf_counter() - start)
-        _decisions[key] = min(seconds[False]) <= RATIO * min(seconds[True])
-    return _decisions[key]
+        _decisions[key] = min(seconds[False]) / min(seconds[True])
+    return _decisions[key] <= RATIO
 
 
 _lock = threading.Lock()
 _users: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # rerouted layer -> blocks using it (all threads)
 _active = threading.local()  # .depth: few_row_products blocks open in this thread; .on: those that rerouted
-_decisions: dict[tuple, bool] = {}  # pays()'s measured answers, in the order they were made
+_decisions: dict[tuple, float] = {}  # pays()'s measured ratios (transposed / linear), in the order made
 
 
 def _rerouted_forward(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:

@@ -136,7 +136,7 @@ def test_auto_reroutes_only_where_the_transposed_order_measured_not_slower(monke
     model = tiny_llama()
     with few_row_products([model], rows=5):
         assert all(_rerouted(model)) == transposed_faster and cpu_products.rerouting() == transposed_faster
-    assert cpu_products.state() == ("auto: on" if transposed_faster else "auto: off")
+    assert cpu_products.state() == ("auto: on (0.50)" if transposed_faster else "auto: off (2.00)")
     layers = sum(type(m) is torch.nn.Linear for m in model.modules())
     assert timed.count("linear") == timed.count("transposed") == layers * (cpu_products.REPEATS + 1)
     with few_row_products([model], rows=5):
