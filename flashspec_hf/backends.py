@@ -48,7 +48,8 @@ CAPACITY_STEP = 128
 """Static capacities are rounded up to a multiple of this on CUDA, so calls share kept sessions and graphs."""
 
 KEPT_SESSIONS = 4
-"""Static sessions (state, caches, step graphs) kept per target model, least recently used dropped first."""
+"""Static sessions (state, caches, step and prefill graphs) kept per target model, least recently used dropped
+first."""
 
 EAGER_USES = 1
 """Steps an arm runs eagerly in a static session before its step is captured (compilation happens there); the same
@@ -71,8 +72,8 @@ class Backend(ABC):
     """Reports the host may leave unread after a step (0: each step's report is read before the next step)."""
 
     warmup_seconds: float = 0.0
-    """Host seconds of this call's steps that ran eagerly before their capture and of the captures (compilation
-    happens there); 0 without CUDA graphs."""
+    """Host seconds of this call's steps that ran eagerly before their capture and of the steps' captures
+    (compilation happens there; a prefill's count in the set-up); 0 without CUDA graphs."""
 
     def __init__(self, batch_size: int, vocab_size: int, gammas: list[int], device: torch.device):
         self.batch_size, self.vocab_size, self.gammas, self.device = batch_size, vocab_size, gammas, device
@@ -282,7 +283,7 @@ class StaticBackend(Backend):
             outputs = run()
             self.warmup_seconds += warmup * (time.perf_counter() - start)
             return outputs
-        if key not in graphs:
+        if key not in graphs:  # graphs share the pool: a graph's outputs are read before another graph replays
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=session.pool):
                 outputs = run()

@@ -20,10 +20,10 @@ one-row ones). Another thread using the same model meanwhile gets stock's ``line
 Whether it pays depends on the CPU and its BLAS: on an Intel Xeon machine of this project (2 cores, the same torch)
 the transposed order took 1.2–2.5× ``linear``'s time at 2–5 rows on the same shapes, and the SmolLM2 demo gave
 0.92× plain with it and 1.13× without. So unless told, it is measured (:func:`pays`): once per process, thread
-count, row count and set of weight shapes, both orders are timed over the models' own first layers (about
-:data:`TIMED_BYTES` of weights) and the rerouting is used only where the transposed order took at most
-:data:`RATIO` of ``linear``'s time. That is a timing, so another process on a busy machine may decide otherwise
-(and round some products differently). ``FLASHSPEC_FEW_ROW_PRODUCTS=0`` in the environment turns it off, ``=1``
+count, row count and set of weight shapes, both orders are timed over the models' own layers (the first of each
+weight shape, about :data:`TIMED_BYTES` in all, scaled to every layer) and the rerouting is used only where the
+transposed order took at most :data:`RATIO` of ``linear``'s time. That is a timing, so another process on a busy
+machine may decide otherwise (and round some products differently). ``FLASHSPEC_FEW_ROW_PRODUCTS=0`` in the environment turns it off, ``=1``
 on without measuring.
 """
 
@@ -43,9 +43,12 @@ MAX_ROWS = 16
 """Largest row count rerouted; from 32 rows on the two orders measured within 0.9–1.5× of each other."""
 
 TIMED_BYTES = 160 << 20
-"""Weights timed by :func:`pays`: the models' first eligible layers up to this many bytes, well past the caches.
-With the rule of :data:`RATIO` and :data:`REPEATS`, the SmolLM2 demo's models were decided on in 6 of 8 processes on
-this project's CPU at 64 MB and in 8 of 8 at 160 MB (2 of 3 demo runs since); about 0.25 s once per process."""
+"""Weights timed by :func:`pays`, shared among the weight shapes (each shape's first layers; a layer larger than its
+share, such as an LM head, is timed whole). Timing only the first 160 MB of layers (the LM head left out) gave the
+SmolLM2 demo's models ratios of 0.70–1.07 in processes on this project's CPU on 2026-12-03 (on in 8 of 8 processes
+the day before), while every whole five-column forward measured was faster with the transposed order; timing all
+their layers gave 0.68–0.87 in 9 of 9; per shape with the LM head, see ``benchmarks/results/selector_cpu_2026-12-03e``.
+About 0.5 s once per process."""
 
 RATIO = 1.0
 """The transposed order is used when its fastest pass took at most this fraction of ``linear``'s fastest. In six
@@ -82,12 +85,12 @@ def setting() -> str:
 
 def state() -> str:
     """What a record should say: :func:`setting`, with the last measured decision of this process and its ratio
-    after ``"auto"`` (``"auto: on (0.73)"``, ``"auto: off (1.04)"``: the transposed order's time over
+    after ``"auto"`` (``"auto: on (0.731)"``, ``"auto: off (1.042)"``: the transposed order's time over
     ``linear``'s; plain ``"auto"`` before any)."""
     if setting() != "auto" or not _decisions:
         return setting()
     ratio = list(_decisions.values())[-1]
-    return f"auto: {'on' if ratio <= RATIO else 'off'} ({ratio:.2f})"
+    return f"auto: {'on' if ratio <= RATIO else 'off'} ({ratio:.3f})"
 
 
 def rerouting() -> bool:
@@ -96,34 +99,40 @@ def rerouting() -> bool:
 
 
 def pays(layers: list[torch.nn.Linear], rows: int) -> bool:
-    """Whether ``(W xᵀ)ᵀ`` took at most :data:`RATIO` of ``linear``'s time for ``rows``-row inputs through the
-    first of ``layers`` (about :data:`TIMED_BYTES` of their weights; the fastest of :data:`REPEATS` alternating
-    passes), measured once per process for each set of weight shapes, ``rows`` and torch thread count."""
-    timed, size = [], 0
+    """Whether ``(W xᵀ)ᵀ`` took at most :data:`RATIO` of ``linear``'s time for ``rows``-row inputs through all of
+    ``layers``, estimated per weight shape: the first layers of each shape (about :data:`TIMED_BYTES` over the
+    shapes; at least one, such as the LM head) are timed (the fastest of :data:`REPEATS` alternating passes) and
+    scaled to the bytes of all that shape's layers. Measured once per process for each set of weight shapes,
+    ``rows`` and torch thread count."""
+    shapes: dict[tuple, list[torch.nn.Linear]] = {}  # weight shape -> its layers, in order
     for layer in layers:
-        if size >= TIMED_BYTES:
-            break
-        timed.append(layer)
-        size += layer.weight.numel() * layer.weight.element_size()
-    key = (tuple(tuple(layer.weight.shape) for layer in timed), rows, torch.get_num_threads())
+        shapes.setdefault(tuple(layer.weight.shape), []).append(layer)
+    key = (tuple(shapes), rows, torch.get_num_threads())
     if key not in _decisions:
+        groups = []  # (layers timed, scale: the shape's layers over those timed)
+        for same in shapes.values():
+            size = same[0].weight.numel() * same[0].weight.element_size()
+            timed = same[: max(1, min(len(same), TIMED_BYTES // len(shapes) // size))]
+            groups.append((timed, len(same) / len(timed)))
         noise = torch.Generator().manual_seed(0)  # its own: the caller's seeded draws stay as they were
-        widths = {layer.in_features for layer in timed}
-        inputs = {k: torch.randn(rows, k, generator=noise) for k in widths}  # [rows, K] each
-        seconds = {linear_order: [] for linear_order in (True, False)}
+        inputs = {k: torch.randn(rows, k, generator=noise) for k in {shape[1] for shape in shapes}}  # [rows, K] each
+        seconds = {(order, g): [] for order in (True, False) for g in range(len(groups))}  # (linear order?, group)
         with torch.no_grad():
             for repeat in range(REPEATS + 1):
                 for linear_order in (True, False):
-                    start = time.perf_counter()
-                    for layer in timed:
-                        x = inputs[layer.in_features]
-                        if linear_order:
-                            torch.nn.functional.linear(x, layer.weight)
-                        else:
-                            torch.matmul(layer.weight, x.T).T.contiguous()
-                    if repeat:  # the first pass of each order warms up
-                        seconds[linear_order].append(time.perf_counter() - start)
-        _decisions[key] = min(seconds[False]) / min(seconds[True])
+                    for g, (timed, _) in enumerate(groups):
+                        start = time.perf_counter()
+                        for layer in timed:
+                            x = inputs[layer.in_features]
+                            if linear_order:
+                                torch.nn.functional.linear(x, layer.weight)
+                            else:
+                                torch.matmul(layer.weight, x.T).T.contiguous()
+                        if repeat:  # the first pass of each order warms up
+                            seconds[linear_order, g].append(time.perf_counter() - start)
+        estimate = {order: sum(scale * min(seconds[order, g]) for g, (_, scale) in enumerate(groups))
+                    for order in (True, False)}
+        _decisions[key] = estimate[False] / estimate[True]
     return _decisions[key] <= RATIO
 
 

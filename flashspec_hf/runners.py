@@ -16,8 +16,8 @@ draft. Two kinds:
   the committed length after every step (its catch-up is always two columns wide), except an early-exit draft
   (:class:`EarlyExitRunner`), which reads and writes the target's cache and catches up with one column. Its
   forwards, the target's and the drafts' alike, can be compiled by ``torch.compile`` (inductor without its own CUDA
-  graphs: the step's graph captures its kernels); the compiled forward is kept on the model, so compilation happens
-  once per model and shape family.
+  graphs: the step's graph, or each prefill shape's, captures its kernels); the compiled forward is kept on the
+  model, so compilation happens once per model and shape family.
 """
 
 from __future__ import annotations
@@ -412,9 +412,9 @@ every model's compiled forward here shares one, and each model adds a graph per 
 def compiled_call(model: PreTrainedModel, options: dict) -> Callable:
     """``torch.compile`` of ``model``'s forward, kept on the model per options, without inductor's own CUDA graphs
     (``mode="max-autotune-no-cudagraphs"`` if the options asked for autotuning, else the default mode), run under
-    :data:`RECOMPILE_LIMIT`. It runs only in a static session's eager steps and captures (replays skip dynamo's
-    guards), so the number of kept graphs costs no step time. It compiles a ``functools.partial`` of
-    :func:`_model_forward`, whose graphs are kept on the frame torch makes for it. Compiling ``model.__call__`` kept
+    :data:`RECOMPILE_LIMIT`. It runs in a static session's eager steps and captures (replays skip dynamo's
+    guards; prefills too, and every call's where the backend does not capture them), so the number of kept graphs
+    costs no step time. It compiles a ``functools.partial`` of :func:`_model_forward`, whose graphs are kept on the frame torch makes for it. Compiling ``model.__call__`` kept
     them on the code of transformers' decorator around ``forward`` (seen on 5.24), which every model shares with
     stock ``generate``'s compiled forward: flashspec's graphs then used up stock's recompile limit."""
     options = dict(options)

@@ -23,7 +23,7 @@ class FlashSpecStats:
             then captured as CUDA graphs, in a set-up's first calls), and on a set-up's first call the arm-cost
             calibration (the first compilations of a cost-aware call happen there).
         warmup_seconds: of ``seconds``, host time of the static loop's steps run eagerly before their CUDA graphs
-            and of the captures (s): the (other) compilations happen there, on a set-up's first calls only.
+            and of the steps' captures (s): the (other) compilations happen there, on a set-up's first calls only.
     """
 
     arm_names: list[str]

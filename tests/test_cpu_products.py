@@ -136,7 +136,7 @@ def test_auto_reroutes_only_where_the_transposed_order_measured_not_slower(monke
     model = tiny_llama()
     with few_row_products([model], rows=5):
         assert all(_rerouted(model)) == transposed_faster and cpu_products.rerouting() == transposed_faster
-    assert cpu_products.state() == ("auto: on (0.50)" if transposed_faster else "auto: off (2.00)")
+    assert cpu_products.state() == ("auto: on (0.500)" if transposed_faster else "auto: off (2.000)")
     layers = sum(type(m) is torch.nn.Linear for m in model.modules())
     assert timed.count("linear") == timed.count("transposed") == layers * (cpu_products.REPEATS + 1)
     with few_row_products([model], rows=5):
@@ -179,3 +179,31 @@ def test_pays_compares_each_orders_fastest_pass_and_reroutes_on_a_tie(monkeypatc
     monkeypatch.setattr(cpu_products.torch.nn.functional, "linear", linear)
     assert cpu_products.pays(layers, rows=5)
     assert calls["transposed"] == calls["linear"] == len(layers) * (cpu_products.REPEATS + 1)
+
+
+def test_pays_scales_each_shapes_timing_to_all_its_layers(monkeypatch):
+    """With room to time one layer of each shape, pays() weighs each shape's time by its count of layers: ten
+    layers on which the transposed order is faster outweigh one (an LM head, say) on which it is slower, though
+    the layers it timed took longer transposed."""
+    monkeypatch.setattr(cpu_products, "_decisions", {})
+    many = [torch.nn.Linear(8, 8, bias=False) for _ in range(10)]
+    head = torch.nn.Linear(8, 40, bias=False)
+    monkeypatch.setattr(cpu_products, "TIMED_BYTES", 2 * 8 * 8 * 4)  # one square layer a shape; the head whole
+    clock, timed = [0.0], []
+
+    def matmul(weight, x):  # the transposed order: 0.5 on the square layers, 3 on the head
+        timed.append(weight.shape)
+        clock[0] += 3.0 if weight.shape[0] == 40 else 0.5
+        return torch.mm(weight, x)
+
+    def linear(x, weight, bias=None):
+        timed.append(weight.shape)
+        clock[0] += 1.0
+        return torch.mm(x, weight.T)
+
+    monkeypatch.setattr(cpu_products.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(cpu_products.torch, "matmul", matmul)
+    monkeypatch.setattr(cpu_products.torch.nn.functional, "linear", linear)
+    assert cpu_products.pays([*many, head], rows=5)  # 10 × 0.5 + 3 = 8 against 10 × 1 + 1 = 11
+    assert len(timed) == 2 * 2 * (cpu_products.REPEATS + 1)  # one layer of each shape, each order, each pass
+    assert list(cpu_products._decisions.values()) == [pytest.approx(8 / 11)]
