@@ -1,30 +1,34 @@
-"""Few-row matrix products on the CPU: a verification forward's linear layers computed as ``(W xᵀ)ᵀ``.
+"""Few-row matrix products on the CPU: a call's linear layers computed with MKL's packed fp32 GEMM.
 
 A speculative step feeds the target ``γ + 1`` tokens at once, so at batch 1 every ``nn.Linear`` multiplies an
 input of a few rows by its weight. On a memory-bound CPU that product should cost about what the one-row product
-costs (the weight is read once either way), but torch's fp32 ``linear`` (MKL's ``sgemm`` on ``x Wᵀ``) takes 2–3.5×
-the one-row time there on this project's CPU (AMD EPYC, AVX2, torch 2.13, MKL 2024.2), while the same product
-ordered as ``W xᵀ`` runs near the weight-read time. Measured on a Qwen2.5-Coder-1.5B layer shape
-(``W`` 8,960 × 1,536, fp32, weights cycled beyond the L3 cache), ``linear``'s time over the transposed order's:
-1.3–1.7× at 2–5 rows on one thread and 2.3–3.0× on two, about 1.0 at one row and at 64 rows; over the whole model a
-5-token forward took 1.69 s as ``linear`` and 1.01 s transposed on one thread (one-token forward 0.50 s), 1.44 s
-and 0.65 s on two.
+costs (the weight is read once either way), but torch's fp32 ``linear`` (MKL's ``sgemm``, which packs the weight
+into its own layout on every call) does not: on this project's CPU (AMD EPYC, 2 cores, torch 2.13, MKL 2024.2) the
+products of SmolLM2-135M's 211 linear layers took 26.3 ms at one row, 43.7 ms at five and 55.0 ms at eight, a whole
+five-token forward 1.5× a one-token one. MKL's packed GEMM (``cblas_sgemm_pack`` / ``sgemm_compute``, reached
+through ``torch.ops.mkl._mkl_reorder_linear_weight`` and ``_mkl_linear``, as inductor's CPU weight prepacking does)
+packs each weight once: the same products took 21.5, 28.7 and 31.7 ms (2026-12-04, fastest of 7 passes).
 
 :func:`few_row_products` reroutes, for the duration of a flashspec call and in the calling thread only, the float32
-``nn.Linear`` layers of the models on the CPU: inputs of 2 to :data:`MAX_ROWS` rows (batch × tokens: a verification
-forward at batch 1, a short prompt's prefill, batched one-token draft steps) go through ``torch.matmul(W, xᵀ)ᵀ``
-(+ bias); others, one row included, through ``linear`` as before, so batch-1 plain decoding's products are stock's
-bit for bit. The result is the same product rounded in another order (as a multi-row product already is against
-one-row ones). Another thread using the same model meanwhile gets stock's ``linear``.
+``nn.Linear`` layers of the models on the CPU: inputs of 1 to :data:`MAX_ROWS` rows (batch × tokens: one-token
+steps, a verification forward, a short prompt's prefill) go through the packed GEMM with a packed copy of the weight
+made once per layer (:func:`packed_weight`; about the weight's bytes again, kept while the layer lives and its
+weight is unchanged); larger inputs through ``linear`` as before. The packed product rounds differently from
+``linear``'s in most shapes (by about 1e-6 of unit-scale outputs; bit for bit at 16 rows), as a multi-row product
+already does against one-row ones, so a greedy call may leave stock's output where the target's top two logits
+nearly tie.
+Another thread using the same model meanwhile gets stock's ``linear``.
 
-Whether it pays depends on the CPU and its BLAS: on an Intel Xeon machine of this project (2 cores, the same torch)
-the transposed order took 1.2–2.5× ``linear``'s time at 2–5 rows on the same shapes, and the SmolLM2 demo gave
-0.92× plain with it and 1.13× without. So unless told, it is measured (:func:`pays`): once per process, thread
-count, row count and set of weight shapes, both orders are timed over the models' own layers (the first of each
-weight shape, about :data:`TIMED_BYTES` in all, scaled to every layer) and the rerouting is used only where the
-transposed order took at most :data:`RATIO` of ``linear``'s time. That is a timing, so another process on a busy
-machine may decide otherwise (and round some products differently). ``FLASHSPEC_FEW_ROW_PRODUCTS=0`` in the environment turns it off, ``=1``
-on without measuring.
+Whether it pays depends on the CPU and its BLAS, so unless told it is measured (:func:`pays`): once per process,
+thread count, row count and set of weight shapes, both products are timed over the models' own layers (the first of
+each weight shape, about :data:`TIMED_BYTES` in all, scaled to every layer) at the call's verification rows, and the
+layers are rerouted only where the packed product took at most :data:`RATIO` of ``linear``'s time. That timing
+decides one-row products too: timed alone at one row in the same way it said 1.01–1.11 in three processes, while
+whole one-token steps were faster packed (37.3 against 39.0–39.5 ms; SmolLM2-135M, 2026-12-04). It is a timing, so
+another process on a busy machine may decide otherwise (and round some products differently). Nothing is packed
+where the packed copies (estimated at :data:`PACKED_BYTES_PER_BYTE` × the weights) would take more than
+:data:`MEMORY_SHARE` of the memory available, or where torch was built without MKL.
+``FLASHSPEC_FEW_ROW_PRODUCTS=0`` in the environment turns it off, ``=1`` on without measuring.
 """
 
 from __future__ import annotations
@@ -40,41 +44,71 @@ from collections.abc import Iterable, Iterator
 import torch
 
 MAX_ROWS = 16
-"""Largest row count rerouted; from 32 rows on the two orders measured within 0.9–1.5× of each other."""
+"""Largest row count rerouted: the packed product took 48.2 ms against ``linear``'s 56.0 at 16 rows and 71.9
+against 68.6 at 32 (SmolLM2-135M's layers, this project's CPU)."""
 
 TIMED_BYTES = 160 << 20
 """Weights timed by :func:`pays`, shared among the weight shapes (each shape's first layers; a layer larger than its
-share, such as an LM head, is timed whole). Timing only the first 160 MB of layers (the LM head left out) gave the
-SmolLM2 demo's models ratios of 0.70–1.07 in processes on this project's CPU on 2026-12-03 (on in 8 of 8 processes
-the day before), while every whole five-column forward measured was faster with the transposed order; timing all
-their layers gave 0.68–0.87 in 9 of 9; per shape with the LM head, see ``benchmarks/results/selector_cpu_2026-12-03e``.
-About 0.5 s once per process."""
+share, such as an LM head, is timed whole). Timing the first 160 MB of layers without the LM head misjudged whole
+forwards on this project's CPU on 2026-12-03 (``benchmarks/results/selector_cpu_2026-12-03e``). About 0.5 s once
+per process and row count."""
 
 RATIO = 1.0
-"""The transposed order is used when its fastest pass took at most this fraction of ``linear``'s fastest. In six
-processes on this project's CPU (SmolLM2-135M, fp32, 2 threads) a whole five-column forward took 0.82–0.98× the time
-with the transposed order, while a timing of the first 64 MB of layers gave 0.72–1.03×: a ratio of 0.9 on the
-medians of 3 passes turned it off in half of them."""
+"""The packed product is used when its fastest pass took at most this fraction of ``linear``'s fastest."""
 
 REPEATS = 5
-"""Timed passes of each order (after one warm-up pass each), alternating; each order counts its fastest (another
-process can only slow a pass down)."""
+"""Timed passes of each product (after one warm-up pass each, which packs the timed layers), alternating; each
+counts its fastest (another process can only slow a pass down)."""
+
+PACKED_BYTES_PER_BYTE = 1.0
+"""Bytes of a packed copy per byte of weight: 1.00–1.03 of resident memory for the weight shapes of SmolLM2-135M
+and Qwen2.5-Coder-1.5B (0.52 for 192 × 576), measured on this project's CPU."""
+
+MEMORY_SHARE = 0.5
+"""Most of the available memory (``MemAvailable``) the packed copies may take; above it nothing is packed."""
+
+
+def available() -> bool:
+    """Whether this torch has MKL's packed GEMM (x86 builds with MKL; not e.g. aarch64 builds)."""
+    return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
+
+
+def packed_weight(layer: torch.nn.Linear) -> torch.Tensor:
+    """MKL's packed copy of ``layer.weight`` (float32, an opaque 1-D layout), made on first use and kept on the
+    layer while its weight is the same tensor, unmodified (an in-place change or a new tensor packs it again). It is
+    packed for :data:`MAX_ROWS`-row products, which serves 1 to 16 rows: packed for one row, SmolLM2's five-row
+    products took 36.7 ms against 28.8 packed for five or sixteen (one-row products: 22.8, 21.2 and 21.7 ms)."""
+    weight = layer.weight.detach()
+    key = (weight.data_ptr(), weight._version)
+    kept = _packed.get(layer)
+    if kept is None or kept[0] != key:
+        kept = _packed[layer] = (key, torch.ops.mkl._mkl_reorder_linear_weight(weight, MAX_ROWS))
+    return kept[1]
+
+
+def packed_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)`` through MKL's packed GEMM, for ``x`` ``[..., K]`` of 1 to :data:`MAX_ROWS` rows (the product of
+    the leading dimensions); ``[..., N]`` out, float32.
+
+    Raises:
+        RuntimeError: as ``linear`` does, for an input whose last dimension or dtype does not match the weight's.
+    """
+    rows = x.numel() // x.shape[-1]
+    out = torch.ops.mkl._mkl_linear(x.reshape(rows, -1), packed_weight(layer), layer.weight, layer.bias, rows)
+    return out.view(*x.shape[:-1], out.shape[-1])  # [rows, N] -> [..., N]
 
 
 def few_row_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """``layer(x)`` for ``x`` ``[..., K]`` (``[..., N]`` out, the layer's dtype): ``(W xᵀ)ᵀ + b`` when ``x`` has 2 to
-    :data:`MAX_ROWS` rows (the product of all leading dimensions), else ``torch.nn.functional.linear``.
+    """``layer(x)`` for ``x`` ``[..., K]`` (``[..., N]`` out, the layer's dtype): :func:`packed_linear` for inputs of
+    1 to :data:`MAX_ROWS` rows, else ``torch.nn.functional.linear``.
 
     Raises:
         RuntimeError: as ``linear`` does, for an input whose last dimension or dtype does not match the weight's.
     """
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    if not 2 <= rows <= MAX_ROWS:
-        return torch.nn.functional.linear(x, layer.weight, layer.bias)
-    out = torch.matmul(layer.weight, x.reshape(rows, -1).T).T.contiguous()  # [N, rows] -> [rows, N]
-    if layer.bias is not None:
-        out += layer.bias
-    return out.view(*x.shape[:-1], out.shape[-1])
+    if 1 <= rows <= MAX_ROWS:
+        return packed_linear(layer, x)
+    return torch.nn.functional.linear(x, layer.weight, layer.bias)
 
 
 def setting() -> str:
@@ -84,13 +118,14 @@ def setting() -> str:
 
 
 def state() -> str:
-    """What a record should say: :func:`setting`, with the last measured decision of this process and its ratio
-    after ``"auto"`` (``"auto: on (0.731)"``, ``"auto: off (1.042)"``: the transposed order's time over
-    ``linear``'s; plain ``"auto"`` before any)."""
-    if setting() != "auto" or not _decisions:
+    """What a record should say: :func:`setting`, with this process's last decision after ``"auto"``, the measured
+    ratio (packed over ``linear``) or why nothing was packed: ``"auto: on (0.809)"``, ``"auto: off (1.042)"``,
+    ``"auto: off (not enough memory)"``, ``"auto: off (no MKL)"``; plain ``"auto"`` before any."""
+    if setting() != "auto" or _last is None:
         return setting()
-    ratio = list(_decisions.values())[-1]
-    return f"auto: {'on' if ratio <= RATIO else 'off'} ({ratio:.3f})"
+    if isinstance(_last, str):
+        return f"auto: off ({_last})"
+    return f"auto: {'on' if _last <= RATIO else 'off'} ({_last:.3f})"
 
 
 def rerouting() -> bool:
@@ -99,11 +134,17 @@ def rerouting() -> bool:
 
 
 def pays(layers: list[torch.nn.Linear], rows: int) -> bool:
-    """Whether ``(W xᵀ)ᵀ`` took at most :data:`RATIO` of ``linear``'s time for ``rows``-row inputs through all of
-    ``layers``, estimated per weight shape: the first layers of each shape (about :data:`TIMED_BYTES` over the
-    shapes; at least one, such as the LM head) are timed (the fastest of :data:`REPEATS` alternating passes) and
+    """Whether the packed product took at most :data:`RATIO` of ``linear``'s time for ``rows``-row inputs through
+    all of ``layers``, estimated per weight shape: the first layers of each shape (about :data:`TIMED_BYTES` over
+    the shapes; at least one, such as the LM head) are timed (the fastest of :data:`REPEATS` alternating passes) and
     scaled to the bytes of all that shape's layers. Measured once per process for each set of weight shapes,
     ``rows`` and torch thread count."""
+    return ratio(layers, rows) <= RATIO
+
+
+def ratio(layers: list[torch.nn.Linear], rows: int) -> float:
+    """The packed product's estimated time over ``linear``'s for ``rows``-row inputs through ``layers`` (see
+    :func:`pays`)."""
     shapes: dict[tuple, list[torch.nn.Linear]] = {}  # weight shape -> its layers, in order
     for layer in layers:
         shapes.setdefault(tuple(layer.weight.shape), []).append(layer)
@@ -116,30 +157,61 @@ def pays(layers: list[torch.nn.Linear], rows: int) -> bool:
             groups.append((timed, len(same) / len(timed)))
         noise = torch.Generator().manual_seed(0)  # its own: the caller's seeded draws stay as they were
         inputs = {k: torch.randn(rows, k, generator=noise) for k in {shape[1] for shape in shapes}}  # [rows, K] each
-        seconds = {(order, g): [] for order in (True, False) for g in range(len(groups))}  # (linear order?, group)
+        seconds = {(packed, g): [] for packed in (False, True) for g in range(len(groups))}
         with torch.no_grad():
             for repeat in range(REPEATS + 1):
-                for linear_order in (True, False):
+                for packed in (False, True):
                     for g, (timed, _) in enumerate(groups):
                         start = time.perf_counter()
                         for layer in timed:
                             x = inputs[layer.in_features]
-                            if linear_order:
-                                torch.nn.functional.linear(x, layer.weight)
+                            if packed:
+                                packed_linear(layer, x)
                             else:
-                                torch.matmul(layer.weight, x.T).T.contiguous()
-                        if repeat:  # the first pass of each order warms up
-                            seconds[linear_order, g].append(time.perf_counter() - start)
-        estimate = {order: sum(scale * min(seconds[order, g]) for g, (_, scale) in enumerate(groups))
-                    for order in (True, False)}
-        _decisions[key] = estimate[False] / estimate[True]
-    return _decisions[key] <= RATIO
+                                torch.nn.functional.linear(x, layer.weight)
+                        if repeat:  # the first pass of each warms up (and packs the timed layers)
+                            seconds[packed, g].append(time.perf_counter() - start)
+        estimate = {packed: sum(scale * min(seconds[packed, g]) for g, (_, scale) in enumerate(groups))
+                    for packed in (False, True)}
+        _decisions[key] = estimate[True] / estimate[False]
+    return _decisions[key]
+
+
+def _memory_available() -> int | None:
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes, or None where there is none (not Linux)."""
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def _reroutes(layers: list[torch.nn.Linear], rows: int, mode: str) -> bool:
+    """Whether ``layers`` are rerouted in a block for ``rows``-row verification forwards (see
+    :func:`few_row_products`); sets what :func:`state` says."""
+    global _last
+    if not layers or mode == "off":
+        return False
+    if not available():
+        _last = "no MKL"
+        return False
+    unpacked = sum(m.weight.numel() * m.weight.element_size() for m in layers if m not in _packed)  # bytes
+    free = _memory_available()
+    if free is not None and PACKED_BYTES_PER_BYTE * unpacked > MEMORY_SHARE * free:
+        _last = "not enough memory"
+        return False
+    if mode == "on":
+        return True
+    _last = ratio(layers, rows)
+    return _last <= RATIO
 
 
 _lock = threading.Lock()
 _users: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # rerouted layer -> blocks using it (all threads)
+_packed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # layer -> ((data_ptr, version), packed weight)
 _active = threading.local()  # .depth: few_row_products blocks open in this thread; .on: those that rerouted
-_decisions: dict[tuple, float] = {}  # pays()'s measured ratios (transposed / linear), in the order made
+_decisions: dict[tuple, float] = {}  # ratio()'s measurements (packed / linear)
+_last: float | str | None = None  # the last block's measured ratio, or why nothing was packed
 
 
 def _rerouted_forward(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
@@ -160,23 +232,25 @@ def _eligible(layer: torch.nn.Module) -> bool:
 @contextlib.contextmanager
 def few_row_products(models: Iterable[torch.nn.Module], rows: int = 5) -> Iterator[None]:
     """Within the block, in this thread, the eligible layers of ``models`` (float32 ``nn.Linear``, exactly that
-    class, with a plain weight on the CPU) compute through :func:`few_row_linear`, if :func:`setting` is
-    ``"on"``, or ``"auto"`` and :func:`pays` for ``rows``-row inputs (a verification forward's ``γ + 1`` at batch
-    1). Blocks may nest and run in several threads on the same models: a layer keeps the rerouting ``forward``
-    while any block uses it, and gets its own back after the last one, also on an error. Layers whose ``forward``
-    is replaced on the instance by something else (accelerate's hooks) are left alone, and an override installed
-    inside the block is kept."""
+    class, with a plain weight on the CPU) compute through :func:`few_row_linear` if :func:`setting` is ``"on"``, or
+    ``"auto"`` and :func:`pays` for ``rows``-row inputs (a verification forward's ``γ + 1`` at batch 1), where MKL's
+    packed GEMM exists and its copies fit in memory; the weights are packed on entry (once per layer). Blocks may
+    nest and run in several threads on the same models: a layer keeps the rerouting ``forward`` while any block uses
+    it, and gets its own back after the last one, also on an error. Layers whose ``forward`` is replaced on the
+    instance by something else (accelerate's hooks) are left alone, and an override installed inside the block is
+    kept."""
     used = []
     mode = setting()
     eligible = [] if mode == "off" else list({id(m): m for model in models for m in model.modules()
                                               if _eligible(m)}.values())
-    if eligible and (mode == "on" or pays(eligible, rows)):
+    if _reroutes(eligible, rows, mode):
         with _lock:
             for layer in eligible:
                 if layer not in _users:
                     if "forward" in vars(layer):
                         continue
                     layer.forward = types.MethodType(_rerouted_forward, layer)
+                packed_weight(layer)
                 _users[layer] = _users.get(layer, 0) + 1
                 used.append(layer)
     _active.depth = getattr(_active, "depth", 0) + 1

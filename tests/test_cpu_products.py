@@ -1,6 +1,7 @@
-"""Few-row products on the CPU (:mod:`flashspec_hf.cpu_products`): the rerouted linear computes the same product,
-one-row and many-row inputs go through stock ``linear`` bit for bit, and the layers get their own ``forward``
-back after a call, an error, or when turned off; unless told, the rerouting is used where it measured faster."""
+"""Few-row products on the CPU (:mod:`flashspec_hf.cpu_products`): the rerouted linear (MKL's packed GEMM) computes
+the same product, inputs of more rows go through stock ``linear`` bit for bit, a packed weight follows changes to
+the weight, and the layers get their own ``forward`` back after a call, an error, or when turned off; unless told,
+the rerouting is used where it measured faster, and nothing is packed where the copies would not fit in memory."""
 
 import threading
 
@@ -13,6 +14,8 @@ from flashspec_hf import cpu_products
 from flashspec_hf.cpu_products import MAX_ROWS, few_row_linear, few_row_products
 
 from .conftest import tiny_llama
+
+pytestmark = pytest.mark.skipif(not cpu_products.available(), reason="torch built without MKL")
 
 
 @pytest.fixture(autouse=True)
@@ -33,13 +36,29 @@ def test_few_row_linear_is_linear(lead, k, n, bias, seed):
     torch.manual_seed(seed)
     layer = torch.nn.Linear(k, n, bias=bias)
     x = torch.randn(*lead, k)  # rows = product of lead: 0 to 216
-    out = few_row_linear(layer, x)
-    expected = torch.nn.functional.linear(x, layer.weight, layer.bias)
+    with torch.no_grad():
+        out = few_row_linear(layer, x)
+        expected = torch.nn.functional.linear(x, layer.weight, layer.bias)
     assert out.shape == expected.shape and out.dtype == expected.dtype
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
     rows = x.numel() // k
-    if not 2 <= rows <= MAX_ROWS:
+    if not 1 <= rows <= MAX_ROWS:
         assert torch.equal(out, expected)  # stock's own call
+
+
+def test_a_packed_weight_follows_changes_to_the_weight():
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(24, 40)
+    x = torch.randn(5, 24)
+    with torch.no_grad():
+        first = cpu_products.packed_weight(layer)
+        assert cpu_products.packed_weight(layer) is first  # kept
+        layer.weight.mul_(-2.0)  # in place
+        torch.testing.assert_close(cpu_products.packed_linear(layer, x), torch.nn.functional.linear(x, layer.weight,
+                                   layer.bias), rtol=1e-5, atol=1e-5)
+        layer.weight = torch.nn.Parameter(torch.randn(40, 24))  # a new tensor
+        torch.testing.assert_close(cpu_products.packed_linear(layer, x), torch.nn.functional.linear(x, layer.weight,
+                                   layer.bias), rtol=1e-5, atol=1e-5)
 
 
 def _rerouted(model) -> list[bool]:
@@ -111,99 +130,98 @@ def test_generate_verifies_through_few_row_products(monkeypatch, target):
     assert not any(_rerouted(target)) and not any(_rerouted(draft))
 
 
-@pytest.mark.parametrize("transposed_faster", [True, False])
-def test_auto_reroutes_only_where_the_transposed_order_measured_not_slower(monkeypatch, transposed_faster):
-    """Unset: the decision is pays()'s, timed once per set of shapes, rows and threads, and kept."""
-    monkeypatch.delenv("FLASHSPEC_FEW_ROW_PRODUCTS")
-    monkeypatch.setattr(cpu_products, "_decisions", {})
-    slow, fast = 1.0, 0.5
-    timed = []
+def _timed_products(monkeypatch, packed_seconds):
+    """A fake clock: ``linear`` costs 1 a layer, the packed product ``packed_seconds(layer, rows, pass)``; returns
+    the list of (product, rows) each call made."""
+    clock, timed, passes = [0.0], [], {}
 
-    def matmul(weight, x):  # the transposed order's product
-        timed.append("transposed")
-        clock[0] += fast if transposed_faster else slow
-        return torch.mm(weight, x)
+    def packed_linear(layer, x):
+        rows = x.numel() // x.shape[-1]
+        passes[rows] = passes.get(rows, 0) + 1
+        timed.append(("packed", rows))
+        clock[0] += packed_seconds(layer, rows, passes[rows])
+        return x @ layer.weight.T
 
     def linear(x, weight, bias=None):
-        timed.append("linear")
-        clock[0] += slow if transposed_faster else fast
-        return torch.mm(x, weight.T)
+        timed.append(("linear", x.numel() // x.shape[-1]))
+        clock[0] += 1.0
+        return x @ weight.T
 
-    clock = [0.0]
     monkeypatch.setattr(cpu_products.time, "perf_counter", lambda: clock[0])
-    monkeypatch.setattr(cpu_products.torch, "matmul", matmul)
+    monkeypatch.setattr(cpu_products, "packed_linear", packed_linear)
     monkeypatch.setattr(cpu_products.torch.nn.functional, "linear", linear)
+    monkeypatch.setattr(cpu_products, "_decisions", {})
+    return timed
+
+
+@pytest.mark.parametrize("packed_faster", [True, False])
+def test_auto_reroutes_only_where_the_packed_product_measured_not_slower(monkeypatch, packed_faster):
+    """Unset: the decision is pays()'s at the call's verification rows (one-row products follow it), timed once per
+    set of shapes, rows and threads, and kept."""
+    monkeypatch.delenv("FLASHSPEC_FEW_ROW_PRODUCTS")
+    timed = _timed_products(monkeypatch, lambda layer, rows, _: 0.5 if packed_faster else 2.0)
     model = tiny_llama()
-    with few_row_products([model], rows=5):
-        assert all(_rerouted(model)) == transposed_faster and cpu_products.rerouting() == transposed_faster
-    assert cpu_products.state() == ("auto: on (0.500)" if transposed_faster else "auto: off (2.000)")
     layers = sum(type(m) is torch.nn.Linear for m in model.modules())
-    assert timed.count("linear") == timed.count("transposed") == layers * (cpu_products.REPEATS + 1)
+    with few_row_products([model], rows=5):
+        assert all(_rerouted(model)) == packed_faster and cpu_products.rerouting() == packed_faster
+        x = torch.randn(1, 5, model.config.hidden_size)
+        del timed[:]
+        model.model.layers[0].mlp.up_proj(x[:, :1]), model.model.layers[0].mlp.up_proj(x)
+        assert timed == [("packed" if packed_faster else "linear", rows) for rows in (1, 5)]
+    assert cpu_products.state() == ("auto: on (0.500)" if packed_faster else "auto: off (2.000)")
+    del timed[:]
     with few_row_products([model], rows=5):
         pass
-    assert len(timed) == 2 * layers * (cpu_products.REPEATS + 1)  # measured once
+    assert not timed  # measured once
     with few_row_products([model], rows=3):
         pass
-    assert len(timed) == 4 * layers * (cpu_products.REPEATS + 1)  # another row count: measured again
+    assert len(timed) == 2 * layers * (cpu_products.REPEATS + 1)  # another row count: measured again
+    assert {rows for _, rows in timed} == {3}
 
 
 @pytest.mark.parametrize("case", ["one fast pass", "tie"])
-def test_pays_compares_each_orders_fastest_pass_and_reroutes_on_a_tie(monkeypatch, case):
-    """pays() takes each order's fastest timed pass (another process only slows passes down) and reroutes when the
-    transposed order is not slower: one fast transposed pass among slow ones wins (a median would say no), and so
+def test_pays_compares_each_products_fastest_pass_and_reroutes_on_a_tie(monkeypatch, case):
+    """pays() takes each product's fastest timed pass (another process only slows passes down) and reroutes when
+    the packed product is not slower: one fast packed pass among slow ones wins (a median would say no), and so
     does a tie (a ratio below 1 would say no)."""
-    monkeypatch.setattr(cpu_products, "_decisions", {})
     model = tiny_llama()
     layers = [m for m in model.modules() if type(m) is torch.nn.Linear]
-    calls = {"linear": 0, "transposed": 0}
-    clock = [0.0]
 
-    def tick(order):
-        passed = calls[order] // len(layers)  # 0 is the untimed warm-up pass
-        calls[order] += 1
-        if order == "linear" or case == "tie":
-            clock[0] += 1.0
-        else:  # transposed: slow but for its last timed pass
-            clock[0] += 0.9 if passed == cpu_products.REPEATS else 3.0
+    def packed_seconds(layer, rows, calls):
+        last_pass = (calls - 1) // len(layers) == cpu_products.REPEATS  # pass 0 is the untimed warm-up
+        return 1.0 if case == "tie" else 0.9 if last_pass else 3.0
 
-    def matmul(weight, x):
-        tick("transposed")
-        return torch.mm(weight, x)
-
-    def linear(x, weight, bias=None):
-        tick("linear")
-        return torch.mm(x, weight.T)
-
-    monkeypatch.setattr(cpu_products.time, "perf_counter", lambda: clock[0])
-    monkeypatch.setattr(cpu_products.torch, "matmul", matmul)
-    monkeypatch.setattr(cpu_products.torch.nn.functional, "linear", linear)
+    timed = _timed_products(monkeypatch, packed_seconds)
     assert cpu_products.pays(layers, rows=5)
-    assert calls["transposed"] == calls["linear"] == len(layers) * (cpu_products.REPEATS + 1)
+    assert timed.count(("packed", 5)) == timed.count(("linear", 5)) == len(layers) * (cpu_products.REPEATS + 1)
 
 
 def test_pays_scales_each_shapes_timing_to_all_its_layers(monkeypatch):
     """With room to time one layer of each shape, pays() weighs each shape's time by its count of layers: ten
-    layers on which the transposed order is faster outweigh one (an LM head, say) on which it is slower, though
-    the layers it timed took longer transposed."""
-    monkeypatch.setattr(cpu_products, "_decisions", {})
+    layers on which the packed product is faster outweigh one (an LM head, say) on which it is slower, though
+    the layers it timed took longer packed."""
     many = [torch.nn.Linear(8, 8, bias=False) for _ in range(10)]
     head = torch.nn.Linear(8, 40, bias=False)
     monkeypatch.setattr(cpu_products, "TIMED_BYTES", 2 * 8 * 8 * 4)  # one square layer a shape; the head whole
-    clock, timed = [0.0], []
-
-    def matmul(weight, x):  # the transposed order: 0.5 on the square layers, 3 on the head
-        timed.append(weight.shape)
-        clock[0] += 3.0 if weight.shape[0] == 40 else 0.5
-        return torch.mm(weight, x)
-
-    def linear(x, weight, bias=None):
-        timed.append(weight.shape)
-        clock[0] += 1.0
-        return torch.mm(x, weight.T)
-
-    monkeypatch.setattr(cpu_products.time, "perf_counter", lambda: clock[0])
-    monkeypatch.setattr(cpu_products.torch, "matmul", matmul)
-    monkeypatch.setattr(cpu_products.torch.nn.functional, "linear", linear)
+    timed = _timed_products(monkeypatch, lambda layer, rows, _: 3.0 if layer.out_features == 40 else 0.5)
     assert cpu_products.pays([*many, head], rows=5)  # 10 × 0.5 + 3 = 8 against 10 × 1 + 1 = 11
-    assert len(timed) == 2 * 2 * (cpu_products.REPEATS + 1)  # one layer of each shape, each order, each pass
+    assert len(timed) == 2 * 2 * (cpu_products.REPEATS + 1)  # one layer of each shape, each product, each pass
     assert list(cpu_products._decisions.values()) == [pytest.approx(8 / 11)]
+
+
+@pytest.mark.parametrize("why", ["not enough memory", "no MKL"])
+def test_nothing_is_packed_without_room_or_mkl(monkeypatch, why):
+    """Where the packed copies would take more than MEMORY_SHARE of the available memory, or torch has no MKL, the
+    layers keep stock's linear and records say why, without timing anything."""
+    monkeypatch.delenv("FLASHSPEC_FEW_ROW_PRODUCTS")
+    timed = _timed_products(monkeypatch, lambda *_: 0.5)
+    model = tiny_llama()
+    weights = sum(m.weight.numel() * 4 for m in model.modules() if type(m) is torch.nn.Linear)
+    if why == "no MKL":
+        monkeypatch.setattr(cpu_products, "available", lambda: False)
+    else:  # a byte short of room for the packed copies
+        room = weights * cpu_products.PACKED_BYTES_PER_BYTE / cpu_products.MEMORY_SHARE
+        monkeypatch.setattr(cpu_products, "_memory_available", lambda: int(room) - 1)
+    with few_row_products([model], rows=5):
+        assert not any(_rerouted(model)) and not cpu_products.rerouting()
+    assert cpu_products.state() == f"auto: off ({why})" and not timed
