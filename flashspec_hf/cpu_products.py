@@ -4,20 +4,22 @@ A speculative step feeds the target ``γ + 1`` tokens at once, so at batch 1 eve
 input of a few rows by its weight. On a memory-bound CPU that product should cost about what the one-row product
 costs (the weight is read once either way), but torch's fp32 ``linear`` (MKL's ``sgemm``, which packs the weight
 into its own layout on every call) does not: on this project's CPU (AMD EPYC, 2 cores, torch 2.13, MKL 2024.2) the
-products of SmolLM2-135M's 211 linear layers took 26.3 ms at one row, 43.7 ms at five and 55.0 ms at eight, a whole
+products of SmolLM2-135M's 211 linear layers took 25.6 ms at one row, 43.0 ms at five and 52.2 ms at eight, a whole
 five-token forward 1.5× a one-token one. MKL's packed GEMM (``cblas_sgemm_pack`` / ``sgemm_compute``, reached
 through ``torch.ops.mkl._mkl_reorder_linear_weight`` and ``_mkl_linear``, as inductor's CPU weight prepacking does)
-packs each weight once: the same products took 21.5, 28.7 and 31.7 ms (2026-12-04, fastest of 7 passes).
+packs each weight once: the same products took 21.7, 28.9 and 31.0 ms (2026-12-04, fastest of 7 passes;
+``benchmarks/results/cpu_2026-12-04``).
 
 :func:`few_row_products` reroutes, for the duration of a flashspec call and in the calling thread only, the float32
 ``nn.Linear`` layers of the models on the CPU: inputs of 1 to :data:`MAX_ROWS` rows (batch × tokens: one-token
 steps, a verification forward, a short prompt's prefill) go through the packed GEMM with a packed copy of the weight
-made once per layer (:func:`packed_weight`; about the weight's bytes again, kept while the layer lives and its
-weight is unchanged); larger inputs through ``linear`` as before. The packed product rounds differently from
+made once per layer (:func:`packed_weight`; about the weight's bytes again, kept while the layer lives and packed
+again when its weight changed); larger inputs, inputs autograd records and CPU autocast through ``linear`` as
+before. The packed product rounds differently from
 ``linear``'s in most shapes (by about 1e-6 of unit-scale outputs; bit for bit at 16 rows), as a multi-row product
 already does against one-row ones, so a greedy call may leave stock's output where the target's top two logits
 nearly tie.
-Another thread using the same model meanwhile gets stock's ``linear``.
+Another thread using the same model meanwhile outside a flashspec call gets stock's ``linear``.
 
 Whether it pays depends on the CPU and its BLAS, so unless told it is measured (:func:`pays`): once per process,
 thread count, row count and set of weight shapes, both products are timed over the models' own layers (the first of
@@ -34,6 +36,7 @@ where the packed copies (estimated at :data:`PACKED_BYTES_PER_BYTE` × the weigh
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import time
@@ -73,40 +76,57 @@ def available() -> bool:
     return torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
 
 
-def packed_weight(layer: torch.nn.Linear) -> torch.Tensor:
-    """MKL's packed copy of ``layer.weight`` (float32, an opaque 1-D layout), made on first use and kept on the
-    layer while its weight is the same tensor, unmodified (an in-place change or a new tensor packs it again). It is
-    packed for :data:`MAX_ROWS`-row products, which serves 1 to 16 rows: packed for one row, SmolLM2's five-row
-    products took 36.7 ms against 28.8 packed for five or sixteen (one-row products: 22.8, 21.2 and 21.7 ms)."""
-    weight = layer.weight.detach()
-    key = (weight.data_ptr(), weight._version)
+SAMPLED_VALUES = 16
+"""Values of a weight, evenly spaced, that :func:`packed_weight` compares to notice writes torch does not count."""
+
+
+def packed_weight(layer: torch.nn.Linear, check: bool = True) -> torch.Tensor:
+    """MKL's packed copy of ``layer.weight`` (float32, an opaque 1-D layout), made on first use and kept while the
+    layer lives. With ``check`` (every :func:`few_row_products` block checks on entry), it is packed again when the
+    weight changed: another tensor, an in-place change (torch's version counter), or a write through ``.data``
+    (which that counter does not see; e.g. a merged LoRA delta) that changed one of :data:`SAMPLED_VALUES` values.
+    It is packed for :data:`MAX_ROWS`-row products, which serves 1 to 16 rows: packed for one row, SmolLM2's
+    five-row products took 36.7 ms against 28.8 packed for five or sixteen (one-row products: 22.8, 21.2 and
+    21.7 ms)."""
     kept = _packed.get(layer)
+    if kept is not None and not check:
+        return kept[1]
+    weight = layer.weight.detach()
+    flat = weight.reshape(-1)
+    key = (weight.data_ptr(), weight._version, tuple(flat[_sampled(flat.numel())].tolist()))
     if kept is None or kept[0] != key:
         kept = _packed[layer] = (key, torch.ops.mkl._mkl_reorder_linear_weight(weight, MAX_ROWS))
     return kept[1]
 
 
-def packed_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """``layer(x)`` through MKL's packed GEMM, for ``x`` ``[..., K]`` of 1 to :data:`MAX_ROWS` rows (the product of
-    the leading dimensions); ``[..., N]`` out, float32.
+@functools.cache
+def _sampled(numel: int) -> torch.Tensor:
+    """Indices (int64 ``[≤ SAMPLED_VALUES]``) of :data:`SAMPLED_VALUES` evenly spaced values among ``numel``."""
+    return (torch.arange(SAMPLED_VALUES) * (numel - 1) // (SAMPLED_VALUES - 1)).clamp(min=0)[: numel]
 
-    Raises:
-        RuntimeError: as ``linear`` does, for an input whose last dimension or dtype does not match the weight's.
-    """
+
+def packed_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """``layer(x)`` through MKL's packed GEMM (:func:`packed_weight`, not checked again), for a float32 ``x``
+    ``[..., K]`` of 1 to :data:`MAX_ROWS` rows (the product of the leading dimensions) and ``K`` equal to the
+    layer's ``in_features`` (unchecked: :func:`few_row_linear` checks); ``[..., N]`` out, float32, without autograd."""
     rows = x.numel() // x.shape[-1]
-    out = torch.ops.mkl._mkl_linear(x.reshape(rows, -1), packed_weight(layer), layer.weight, layer.bias, rows)
+    out = torch.ops.mkl._mkl_linear(x.reshape(rows, -1), packed_weight(layer, check=False), layer.weight,
+                                    layer.bias, rows)
     return out.view(*x.shape[:-1], out.shape[-1])  # [rows, N] -> [..., N]
 
 
 def few_row_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """``layer(x)`` for ``x`` ``[..., K]`` (``[..., N]`` out, the layer's dtype): :func:`packed_linear` for inputs of
-    1 to :data:`MAX_ROWS` rows, else ``torch.nn.functional.linear``.
+    """``layer(x)`` for ``x`` ``[..., K]`` (``[..., N]`` out, the layer's dtype): :func:`packed_linear` for float32
+    inputs of 1 to :data:`MAX_ROWS` rows and ``K`` the layer's ``in_features``, outside autograd (no gradient
+    recorded for ``x`` or the weight) and CPU autocast; else ``torch.nn.functional.linear``.
 
     Raises:
         RuntimeError: as ``linear`` does, for an input whose last dimension or dtype does not match the weight's.
     """
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    if 1 <= rows <= MAX_ROWS:
+    recorded = torch.is_grad_enabled() and (x.requires_grad or layer.weight.requires_grad)
+    if (1 <= rows <= MAX_ROWS and x.shape[-1] == layer.in_features and x.dtype == torch.float32 and not recorded
+            and not torch.is_autocast_enabled("cpu")):
         return packed_linear(layer, x)
     return torch.nn.functional.linear(x, layer.weight, layer.bias)
 
@@ -118,14 +138,15 @@ def setting() -> str:
 
 
 def state() -> str:
-    """What a record should say: :func:`setting`, with this process's last decision after ``"auto"``, the measured
-    ratio (packed over ``linear``) or why nothing was packed: ``"auto: on (0.809)"``, ``"auto: off (1.042)"``,
-    ``"auto: off (not enough memory)"``, ``"auto: off (no MKL)"``; plain ``"auto"`` before any."""
-    if setting() != "auto" or _last is None:
+    """What a record should say: :func:`setting`, with the process's last decision (any thread's) after it: the
+    measured ratio (packed over ``linear``) under ``"auto"``, or why nothing was packed: ``"auto: on (0.809)"``,
+    ``"auto: off (1.042)"``, ``"auto: off (not enough memory)"``, ``"on: off (no MKL)"``, ``"auto: off (no float32
+    CPU layers)"``; the plain setting before any."""
+    if setting() == "off" or _last is None:
         return setting()
     if isinstance(_last, str):
-        return f"auto: off ({_last})"
-    return f"auto: {'on' if _last <= RATIO else 'off'} ({_last:.3f})"
+        return f"{setting()}: off ({_last})"
+    return f"auto: {'on' if _last <= RATIO else 'off'} ({_last:.3f})" if setting() == "auto" else "on"
 
 
 def rerouting() -> bool:
@@ -190,7 +211,10 @@ def _reroutes(layers: list[torch.nn.Linear], rows: int, mode: str) -> bool:
     """Whether ``layers`` are rerouted in a block for ``rows``-row verification forwards (see
     :func:`few_row_products`); sets what :func:`state` says."""
     global _last
-    if not layers or mode == "off":
+    if mode == "off":
+        return False
+    if not layers:
+        _last = "no float32 CPU layers"
         return False
     if not available():
         _last = "no MKL"
@@ -200,9 +224,13 @@ def _reroutes(layers: list[torch.nn.Linear], rows: int, mode: str) -> bool:
     if free is not None and PACKED_BYTES_PER_BYTE * unpacked > MEMORY_SHARE * free:
         _last = "not enough memory"
         return False
+    _last = None
     if mode == "on":
         return True
     _last = ratio(layers, rows)
+    if _last > RATIO:
+        for layer in layers:  # packed by the timing
+            _packed.pop(layer, None)
     return _last <= RATIO
 
 
@@ -246,13 +274,13 @@ def few_row_products(models: Iterable[torch.nn.Module], rows: int = 5) -> Iterat
     if _reroutes(eligible, rows, mode):
         with _lock:
             for layer in eligible:
+                if layer in _users or "forward" not in vars(layer):
+                    packed_weight(layer)  # first: a failure here leaves every forward as it was
+                    used.append(layer)
+            for layer in used:
                 if layer not in _users:
-                    if "forward" in vars(layer):
-                        continue
                     layer.forward = types.MethodType(_rerouted_forward, layer)
-                packed_weight(layer)
                 _users[layer] = _users.get(layer, 0) + 1
-                used.append(layer)
     _active.depth = getattr(_active, "depth", 0) + 1
     _active.on = getattr(_active, "on", 0) + bool(used)
     try:

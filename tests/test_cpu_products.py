@@ -47,18 +47,46 @@ def test_few_row_linear_is_linear(lead, k, n, bias, seed):
 
 
 def test_a_packed_weight_follows_changes_to_the_weight():
+    """Each block packs again a weight that changed since: in place, through ``.data`` (not counted by torch's
+    version counter) or replaced by another tensor; an unchanged one is kept."""
     torch.manual_seed(0)
     layer = torch.nn.Linear(24, 40)
     x = torch.randn(5, 24)
+
+    def product():
+        with few_row_products([layer]), torch.no_grad():
+            out = layer(x)
+        torch.testing.assert_close(out, torch.nn.functional.linear(x, layer.weight, layer.bias), rtol=1e-5, atol=1e-5)
+        return cpu_products._packed[layer][1]
+
+    first = product()
+    assert product() is first  # kept
     with torch.no_grad():
-        first = cpu_products.packed_weight(layer)
-        assert cpu_products.packed_weight(layer) is first  # kept
         layer.weight.mul_(-2.0)  # in place
-        torch.testing.assert_close(cpu_products.packed_linear(layer, x), torch.nn.functional.linear(x, layer.weight,
-                                   layer.bias), rtol=1e-5, atol=1e-5)
-        layer.weight = torch.nn.Parameter(torch.randn(40, 24))  # a new tensor
-        torch.testing.assert_close(cpu_products.packed_linear(layer, x), torch.nn.functional.linear(x, layer.weight,
-                                   layer.bias), rtol=1e-5, atol=1e-5)
+    product()
+    layer.weight.data.add_(torch.randn(40, 24))  # through .data, as a merged LoRA delta
+    product()
+    layer.weight = torch.nn.Parameter(torch.randn(40, 24))  # another tensor
+    product()
+
+
+def test_outside_no_grad_wrong_widths_and_dtypes_take_stocks_linear():
+    """Products autograd records (the packed one has no gradient), inputs of another width (which ``linear``
+    refuses) and of another dtype go through stock ``linear``."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(24, 40)
+    x = torch.randn(5, 24, requires_grad=True)
+    with few_row_products([layer]):
+        layer(x).sum().backward()
+        with pytest.raises(RuntimeError):
+            layer(torch.randn(5, 23))
+        with torch.no_grad(), pytest.raises(RuntimeError):
+            layer(torch.randn(5, 25))
+        with torch.no_grad(), pytest.raises(RuntimeError):
+            layer(torch.randn(5, 24, dtype=torch.float64))
+    expected = torch.autograd.grad(torch.nn.functional.linear(x, layer.weight, layer.bias).sum(), x)[0]
+    torch.testing.assert_close(x.grad, expected)
+    assert layer.weight.grad is not None
 
 
 def _rerouted(model) -> list[bool]:
@@ -166,7 +194,8 @@ def test_auto_reroutes_only_where_the_packed_product_measured_not_slower(monkeyp
         assert all(_rerouted(model)) == packed_faster and cpu_products.rerouting() == packed_faster
         x = torch.randn(1, 5, model.config.hidden_size)
         del timed[:]
-        model.model.layers[0].mlp.up_proj(x[:, :1]), model.model.layers[0].mlp.up_proj(x)
+        with torch.no_grad():
+            model.model.layers[0].mlp.up_proj(x[:, :1]), model.model.layers[0].mlp.up_proj(x)
         assert timed == [("packed" if packed_faster else "linear", rows) for rows in (1, 5)]
     assert cpu_products.state() == ("auto: on (0.500)" if packed_faster else "auto: off (2.000)")
     del timed[:]

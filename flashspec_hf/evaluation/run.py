@@ -273,8 +273,9 @@ def evaluate(
 def software() -> dict:
     """What a recorded run ran on besides the machine: torch and transformers versions, torch's CPU thread count,
     OpenMP's wait policy (:mod:`flashspec_hf.openmp`; ``"default (spinning)"`` when unset), and whether few-row
-    products were on (:func:`flashspec_hf.cpu_products.state`: ``"on"``, ``"off"``, or ``"auto: on (0.731)"`` /
-    ``"auto: off (1.042)"`` as last measured, with the ratio)."""
+    products were on (:func:`flashspec_hf.cpu_products.state`: ``"on"``, ``"off"``, ``"auto: on (0.831)"`` /
+    ``"auto: off (1.042)"`` as last measured, with the ratio, or why nothing was packed, e.g. ``"auto: off (not
+    enough memory)"``)."""
     return {
         "torch": torch.__version__,
         "transformers": transformers.__version__,
