@@ -11,23 +11,22 @@ packs each weight once: the same products took 21.7, 28.9 and 31.0 ms (2026-12-0
 ``benchmarks/results/cpu_2026-12-04``).
 
 :func:`few_row_products` reroutes, for the duration of a flashspec call and in the calling thread only, the float32
-``nn.Linear`` layers of the models on the CPU: inputs of 1 to :data:`MAX_ROWS` rows (batch × tokens: one-token
-steps, a verification forward, a short prompt's prefill) go through the packed GEMM with a packed copy of the weight
+``nn.Linear`` layers of the models on the CPU: inputs of 2 to :data:`MAX_ROWS` rows (batch × tokens: a
+verification forward at batch 1, a short prompt's prefill, batched one-token draft steps) go through the packed GEMM with a packed copy of the weight
 made once per layer (:func:`packed_weight`; about the weight's bytes again, kept while the layer lives and packed
-again when its weight changed); larger inputs, inputs autograd records and CPU autocast through ``linear`` as
-before. The packed product rounds differently from
+again when its weight changed); one-row inputs, larger ones, inputs autograd records and CPU autocast through ``linear`` as
+before, so batch-1 plain decoding's products are stock's bit for bit: in whole one-token SmolLM2 forwards the packed
+product was the slower (39.5 against 35.8 ms, six alternating rounds in one process), though over the layers' products
+alone it was the faster (21.7 against 25.6 ms). The packed product rounds differently from
 ``linear``'s in most shapes (by about 1e-6 of unit-scale outputs; bit for bit at 16 rows), as a multi-row product
-already does against one-row ones, so a greedy call may leave stock's output where the target's top two logits
-nearly tie.
+already does against one-row ones.
 Another thread using the same model meanwhile outside a flashspec call gets stock's ``linear``.
 
 Whether it pays depends on the CPU and its BLAS, so unless told it is measured (:func:`pays`): once per process,
 thread count, row count and set of weight shapes, both products are timed over the models' own layers (the first of
 each weight shape, about :data:`TIMED_BYTES` in all, scaled to every layer) at the call's verification rows, and the
-layers are rerouted only where the packed product took at most :data:`RATIO` of ``linear``'s time. That timing
-decides one-row products too: timed alone at one row in the same way it said 1.01–1.11 in three processes, while
-whole one-token steps were faster packed (37.3 against 39.0–39.5 ms; SmolLM2-135M, 2026-12-04). It is a timing, so
-another process on a busy machine may decide otherwise (and round some products differently). Nothing is packed
+layers are rerouted only where the packed product took at most :data:`RATIO` of ``linear``'s time (whole five-token
+SmolLM2 forwards: 50.8 against 57.8 ms). It is a timing, so another process on a busy machine may decide otherwise (and round some products differently). Nothing is packed
 where the packed copies (estimated at :data:`PACKED_BYTES_PER_BYTE` × the weights) would take more than
 :data:`MEMORY_SHARE` of the memory available, or where torch was built without MKL.
 ``FLASHSPEC_FEW_ROW_PRODUCTS=0`` in the environment turns it off, ``=1`` on without measuring.
@@ -85,9 +84,8 @@ def packed_weight(layer: torch.nn.Linear, check: bool = True) -> torch.Tensor:
     layer lives. With ``check`` (every :func:`few_row_products` block checks on entry), it is packed again when the
     weight changed: another tensor, an in-place change (torch's version counter), or a write through ``.data``
     (which that counter does not see; e.g. a merged LoRA delta) that changed one of :data:`SAMPLED_VALUES` values.
-    It is packed for :data:`MAX_ROWS`-row products, which serves 1 to 16 rows: packed for one row, SmolLM2's
-    five-row products took 36.7 ms against 28.8 packed for five or sixteen (one-row products: 22.8, 21.2 and
-    21.7 ms)."""
+    It is packed for :data:`MAX_ROWS`-row products, which serves 2 to 16 rows: packed for one row, SmolLM2's
+    five-row products took 36.7 ms against 28.8 packed for five or sixteen."""
     kept = _packed.get(layer)
     if kept is not None and not check:
         return kept[1]
@@ -107,7 +105,7 @@ def _sampled(numel: int) -> torch.Tensor:
 
 def packed_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """``layer(x)`` through MKL's packed GEMM (:func:`packed_weight`, not checked again), for a float32 ``x``
-    ``[..., K]`` of 1 to :data:`MAX_ROWS` rows (the product of the leading dimensions) and ``K`` equal to the
+    ``[..., K]`` of 2 to :data:`MAX_ROWS` rows (the product of the leading dimensions) and ``K`` equal to the
     layer's ``in_features`` (unchecked: :func:`few_row_linear` checks); ``[..., N]`` out, float32, without autograd."""
     rows = x.numel() // x.shape[-1]
     out = torch.ops.mkl._mkl_linear(x.reshape(rows, -1), packed_weight(layer, check=False), layer.weight,
@@ -117,7 +115,7 @@ def packed_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
 def few_row_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """``layer(x)`` for ``x`` ``[..., K]`` (``[..., N]`` out, the layer's dtype): :func:`packed_linear` for float32
-    inputs of 1 to :data:`MAX_ROWS` rows and ``K`` the layer's ``in_features``, outside autograd (no gradient
+    inputs of 2 to :data:`MAX_ROWS` rows and ``K`` the layer's ``in_features``, outside autograd (no gradient
     recorded for ``x`` or the weight) and CPU autocast; else ``torch.nn.functional.linear``.
 
     Raises:
@@ -125,7 +123,7 @@ def few_row_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     recorded = torch.is_grad_enabled() and (x.requires_grad or layer.weight.requires_grad)
-    if (1 <= rows <= MAX_ROWS and x.shape[-1] == layer.in_features and x.dtype == torch.float32 and not recorded
+    if (2 <= rows <= MAX_ROWS and x.shape[-1] == layer.in_features and x.dtype == torch.float32 and not recorded
             and not torch.is_autocast_enabled("cpu")):
         return packed_linear(layer, x)
     return torch.nn.functional.linear(x, layer.weight, layer.bias)
