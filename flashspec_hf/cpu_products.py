@@ -11,24 +11,25 @@ packs each weight once: the same products took 21.7, 28.9 and 31.0 ms (2026-12-0
 ``benchmarks/results/cpu_2026-12-04``).
 
 :func:`few_row_products` reroutes, for the duration of a flashspec call and in the calling thread only, the float32
-``nn.Linear`` layers of the models on the CPU: inputs of 2 to :data:`MAX_ROWS` rows (batch × tokens: a
-verification forward at batch 1, a short prompt's prefill, batched one-token draft steps) go through the packed GEMM with a packed copy of the weight
-made once per layer (:func:`packed_weight`; about the weight's bytes again, kept while the layer lives and packed
-again when its weight changed); one-row inputs, larger ones, inputs autograd records and CPU autocast through ``linear`` as
-before, so batch-1 plain decoding's products are stock's bit for bit: in whole one-token SmolLM2 forwards the packed
-product was the slower (39.5 against 35.8 ms, six alternating rounds in one process), though over the layers' products
-alone it was the faster (21.7 against 25.6 ms). The packed product rounds differently from
+``nn.Linear`` layers of the models on the CPU: inputs of 2 to :data:`MAX_ROWS` rows (batch × tokens: a verification
+forward at batch 1, a short prompt's prefill, batched one-token draft steps) go through the packed GEMM with a packed
+copy of the weight made once per layer (:func:`packed_weight`; about the weight's bytes again, kept while the layer
+lives and packed again when its weight changed); one-row inputs, larger ones, inputs autograd records and CPU autocast
+through ``linear`` as before, so batch-1 plain decoding's products are stock's bit for bit: in whole one-token SmolLM2
+forwards the packed product was the slower (39.5 against 35.8 ms, six alternating rounds in one process), though over
+the layers' products alone it was the faster (21.7 against 25.6 ms). The packed product rounds differently from
 ``linear``'s in most shapes (by about 1e-6 of unit-scale outputs; bit for bit at 16 rows), as a multi-row product
-already does against one-row ones.
-Another thread using the same model meanwhile outside a flashspec call gets stock's ``linear``.
+already does against one-row ones. Another thread using the same model meanwhile outside a flashspec call gets stock's
+``linear``.
 
 Whether it pays depends on the CPU and its BLAS, so unless told it is measured (:func:`pays`): once per process,
 thread count, row count and set of weight shapes, both products are timed over the models' own layers (the first of
 each weight shape, about :data:`TIMED_BYTES` in all, scaled to every layer) at the call's verification rows, and the
 layers are rerouted only where the packed product took at most :data:`RATIO` of ``linear``'s time (whole five-token
-SmolLM2 forwards: 50.8 against 57.8 ms). It is a timing, so another process on a busy machine may decide otherwise (and round some products differently). Nothing is packed
-where the packed copies (estimated at :data:`PACKED_BYTES_PER_BYTE` × the weights) would take more than
-:data:`MEMORY_SHARE` of the memory available, or where torch was built without MKL.
+SmolLM2 forwards: 50.8 against 57.8 ms). It is a timing, so another process on a busy machine may decide otherwise
+(and round some products differently). Nothing is packed where the packed copies (estimated at
+:data:`PACKED_BYTES_PER_BYTE` × the weights) would take more than :data:`MEMORY_SHARE` of the memory available, or
+where torch was built without MKL.
 ``FLASHSPEC_FEW_ROW_PRODUCTS=0`` in the environment turns it off, ``=1`` on without measuring.
 """
 
