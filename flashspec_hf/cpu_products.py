@@ -82,15 +82,15 @@ SAMPLED_VALUES = 16
 
 def packed_weight(layer: torch.nn.Linear, check: bool = True) -> torch.Tensor:
     """MKL's packed copy of ``layer.weight`` (float32, an opaque 1-D layout), made on first use and kept while the
-    layer lives. With ``check`` (every :func:`few_row_products` block checks on entry), it is packed again when the
-    weight changed: another tensor, an in-place change (torch's version counter), or a write through ``.data``
-    (which that counter does not see; e.g. a merged LoRA delta) that changed one of :data:`SAMPLED_VALUES` values.
+    layer lives. It is packed again when the weight is another tensor or changed in place (torch's version counter),
+    and, with ``check`` (every :func:`few_row_products` block checks on entry), when a write through ``.data``
+    (which that counter does not see; e.g. a merged LoRA delta) changed one of :data:`SAMPLED_VALUES` values.
     It is packed for :data:`MAX_ROWS`-row products, which serves 2 to 16 rows: packed for one row, SmolLM2's
     five-row products took 36.7 ms against 28.8 packed for five or sixteen."""
     kept = _packed.get(layer)
-    if kept is not None and not check:
-        return kept[1]
     weight = layer.weight.detach()
+    if kept is not None and not check and kept[0][:2] == (weight.data_ptr(), weight._version):
+        return kept[1]
     flat = weight.reshape(-1)
     key = (weight.data_ptr(), weight._version, tuple(flat[_sampled(flat.numel())].tolist()))
     if kept is None or kept[0] != key:
@@ -100,12 +100,13 @@ def packed_weight(layer: torch.nn.Linear, check: bool = True) -> torch.Tensor:
 
 @functools.cache
 def _sampled(numel: int) -> torch.Tensor:
-    """Indices (int64 ``[≤ SAMPLED_VALUES]``) of :data:`SAMPLED_VALUES` evenly spaced values among ``numel``."""
-    return (torch.arange(SAMPLED_VALUES) * (numel - 1) // (SAMPLED_VALUES - 1)).clamp(min=0)[: numel]
+    """Indices (int64 ``[min(SAMPLED_VALUES, numel)]``) of evenly spaced values among ``numel``, the last included."""
+    n = min(SAMPLED_VALUES, numel)
+    return torch.arange(n) * (numel - 1) // max(n - 1, 1)
 
 
 def packed_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """``layer(x)`` through MKL's packed GEMM (:func:`packed_weight`, not checked again), for a float32 ``x``
+    """``layer(x)`` through MKL's packed GEMM (:func:`packed_weight`, its values not sampled again), for a float32 ``x``
     ``[..., K]`` of 2 to :data:`MAX_ROWS` rows (the product of the leading dimensions) and ``K`` equal to the
     layer's ``in_features`` (unchecked: :func:`few_row_linear` checks); ``[..., N]`` out, float32, without autograd."""
     rows = x.numel() // x.shape[-1]
@@ -123,7 +124,7 @@ def few_row_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
         RuntimeError: as ``linear`` does, for an input whose last dimension or dtype does not match the weight's.
     """
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    recorded = torch.is_grad_enabled() and (x.requires_grad or layer.weight.requires_grad)
+    recorded = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, layer.weight, layer.bias))
     if (2 <= rows <= MAX_ROWS and x.shape[-1] == layer.in_features and x.dtype == torch.float32 and not recorded
             and not torch.is_autocast_enabled("cpu")):
         return packed_linear(layer, x)
@@ -188,7 +189,7 @@ def ratio(layers: list[torch.nn.Linear], rows: int) -> float:
                             if packed:
                                 packed_linear(layer, x)
                             else:
-                                torch.nn.functional.linear(x, layer.weight)
+                                torch.nn.functional.linear(x, layer.weight, layer.bias)
                         if repeat:  # the first pass of each warms up (and packs the timed layers)
                             seconds[packed, g].append(time.perf_counter() - start)
         estimate = {packed: sum(scale * min(seconds[packed, g]) for g, (_, scale) in enumerate(groups))
@@ -210,7 +211,7 @@ def _reroutes(layers: list[torch.nn.Linear], rows: int, mode: str) -> bool:
     """Whether ``layers`` are rerouted in a block for ``rows``-row verification forwards (see
     :func:`few_row_products`); sets what :func:`state` says."""
     global _last
-    if mode == "off":
+    if mode == "off" or rows < 2:  # no few-row products to reroute (one-row ones stay linear's)
         return False
     if not layers:
         _last = "no float32 CPU layers"
@@ -235,7 +236,7 @@ def _reroutes(layers: list[torch.nn.Linear], rows: int, mode: str) -> bool:
 
 _lock = threading.Lock()
 _users: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # rerouted layer -> blocks using it (all threads)
-_packed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # layer -> ((data_ptr, version), packed weight)
+_packed: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # layer -> ((address, version, samples), packed)
 _active = threading.local()  # .depth: few_row_products blocks open in this thread; .on: those that rerouted
 _decisions: dict[tuple, float] = {}  # ratio()'s measurements (packed / linear)
 _last: float | str | None = None  # the last block's measured ratio, or why nothing was packed
@@ -258,14 +259,14 @@ def _eligible(layer: torch.nn.Module) -> bool:
 
 @contextlib.contextmanager
 def few_row_products(models: Iterable[torch.nn.Module], rows: int = 5) -> Iterator[None]:
-    """Within the block, in this thread, the eligible layers of ``models`` (float32 ``nn.Linear``, exactly that
-    class, with a plain weight on the CPU) compute through :func:`few_row_linear` if :func:`setting` is ``"on"``, or
-    ``"auto"`` and :func:`pays` for ``rows``-row inputs (a verification forward's ``γ + 1`` at batch 1), where MKL's
-    packed GEMM exists and its copies fit in memory; the weights are packed on entry (once per layer). Blocks may
-    nest and run in several threads on the same models: a layer keeps the rerouting ``forward`` while any block uses
-    it, and gets its own back after the last one, also on an error. Layers whose ``forward`` is replaced on the
-    instance by something else (accelerate's hooks) are left alone, and an override installed inside the block is
-    kept."""
+    """Within the block, in this thread, the eligible layers of ``models`` (float32 ``nn.Linear``, exactly that class,
+    with a plain weight on the CPU) compute through :func:`few_row_linear` if :func:`setting` is ``"on"``, or
+    ``"auto"`` and :func:`pays` for ``rows``-row inputs (a verification forward's ``γ + 1`` at batch 1), where
+    MKL's packed GEMM exists and its copies fit in memory; the weights are packed on entry (again where they
+    changed). Blocks may nest and run in several threads on the same models: a layer keeps the rerouting
+    ``forward`` while any block uses it, and gets its own back after the last one, also on an error. Layers whose
+    ``forward`` is replaced on the instance by something else (accelerate's hooks) are left alone, and an override
+    installed inside the block is kept."""
     used = []
     mode = setting()
     eligible = [] if mode == "off" else list({id(m): m for model in models for m in model.modules()

@@ -64,6 +64,10 @@ def test_a_packed_weight_follows_changes_to_the_weight():
     with torch.no_grad():
         layer.weight.mul_(-2.0)  # in place
     product()
+    with few_row_products([layer]), torch.no_grad():  # in place, inside a block
+        layer.weight.mul_(0.5)
+        torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias), rtol=1e-5,
+                                   atol=1e-5)
     layer.weight.data.add_(torch.randn(40, 24))  # through .data, as a merged LoRA delta
     product()
     layer.weight = torch.nn.Parameter(torch.randn(40, 24))  # another tensor
@@ -87,6 +91,11 @@ def test_outside_no_grad_wrong_widths_and_dtypes_take_stocks_linear():
     expected = torch.autograd.grad(torch.nn.functional.linear(x, layer.weight, layer.bias).sum(), x)[0]
     torch.testing.assert_close(x.grad, expected)
     assert layer.weight.grad is not None
+    layer.weight.requires_grad_(False)  # only the bias trained
+    layer.bias.grad = None
+    with few_row_products([layer]):
+        layer(torch.randn(5, 24)).sum().backward()
+    assert layer.bias.grad is not None
 
 
 def _rerouted(model) -> list[bool]:
