@@ -87,10 +87,10 @@ def packed_weight(layer: torch.nn.Linear, check: bool = True) -> torch.Tensor:
     (which that counter does not see; e.g. a merged LoRA delta) changed one of :data:`SAMPLED_VALUES` values.
     It is packed for :data:`MAX_ROWS`-row products, which serves 2 to 16 rows: packed for one row, SmolLM2's
     five-row products took 36.7 ms against 28.8 packed for five or sixteen."""
-    kept = _packed.get(layer)
-    weight = layer.weight.detach()
+    kept, weight = _packed.get(layer), layer.weight
     if kept is not None and not check and kept[0][:2] == (weight.data_ptr(), weight._version):
-        return kept[1]
+        return kept[1]  # a step's products: no tensor made
+    weight = weight.detach()
     flat = weight.reshape(-1)
     key = (weight.data_ptr(), weight._version, tuple(flat[_sampled(flat.numel())].tolist()))
     if kept is None or kept[0] != key:
@@ -124,10 +124,11 @@ def few_row_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
         RuntimeError: as ``linear`` does, for an input whose last dimension or dtype does not match the weight's.
     """
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-    recorded = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, layer.weight, layer.bias))
-    if (2 <= rows <= MAX_ROWS and x.shape[-1] == layer.in_features and x.dtype == torch.float32 and not recorded
-            and not torch.is_autocast_enabled("cpu")):
-        return packed_linear(layer, x)
+    if 2 <= rows <= MAX_ROWS and x.shape[-1] == layer.in_features and x.dtype == torch.float32:  # cheap tests first
+        recorded = torch.is_grad_enabled() and (x.requires_grad or layer.weight.requires_grad
+                                                or (layer.bias is not None and layer.bias.requires_grad))
+        if not recorded and not torch.is_autocast_enabled("cpu"):
+            return packed_linear(layer, x)
     return torch.nn.functional.linear(x, layer.weight, layer.bias)
 
 

@@ -1,7 +1,8 @@
 """Few-row products on the CPU (:mod:`flashspec_hf.cpu_products`): the rerouted linear (MKL's packed GEMM) computes
-the same product, one-row inputs and inputs of more rows go through stock ``linear`` bit for bit, a packed weight follows changes to
-the weight, and the layers get their own ``forward`` back after a call, an error, or when turned off; unless told,
-the rerouting is used where it measured faster, and nothing is packed where the copies would not fit in memory."""
+the same product, one-row inputs and inputs of more rows go through stock ``linear`` bit for bit, a packed weight
+follows changes to the weight, and the layers get their own ``forward`` back after a call, an error, or when turned
+off; unless told, the rerouting is used where it measured faster, and nothing is packed where the copies would not
+fit in memory."""
 
 import threading
 
