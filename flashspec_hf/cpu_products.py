@@ -1,13 +1,13 @@
 """Few-row matrix products on the CPU: a call's linear layers computed with MKL's packed fp32 GEMM.
 
-A speculative step feeds the target ``γ + 1`` tokens at once, so at batch 1 every ``nn.Linear`` multiplies an
-input of a few rows by its weight. On a memory-bound CPU that product should cost about what the one-row product
-costs (the weight is read once either way), but torch's fp32 ``linear`` (MKL's ``sgemm``, which packs the weight
-into its own layout on every call) does not: on this project's CPU (AMD EPYC, 2 cores, torch 2.13, MKL 2024.2) the
+A speculative step feeds the target ``γ + 1`` tokens at once, so at batch 1 every ``nn.Linear`` multiplies an input of
+a few rows by its weight. On a memory-bound CPU that product should cost about what the one-row product costs (the
+weight is read once either way), but torch's fp32 ``linear`` (MKL's ``sgemm``, which packs the weight into its own
+layout on every call) does not: on this project's CPU on 2026-12-04 (a 2-core Intel Xeon VM, torch 2.13 with MKL) the
 products of SmolLM2-135M's 211 linear layers took 25.6 ms at one row, 43.0 ms at five and 52.2 ms at eight, a whole
-five-token forward 1.5× a one-token one. MKL's packed GEMM (``cblas_sgemm_pack`` / ``sgemm_compute``, reached
-through ``torch.ops.mkl._mkl_reorder_linear_weight`` and ``_mkl_linear``, as inductor's CPU weight prepacking does)
-packs each weight once: the same products took 21.7, 28.9 and 31.0 ms (2026-12-04, fastest of 7 passes;
+five-token forward 1.5× a one-token one. MKL's packed GEMM (``cblas_sgemm_pack`` / ``sgemm_compute``, reached through
+``torch.ops.mkl._mkl_reorder_linear_weight`` and ``_mkl_linear``, as inductor's CPU weight prepacking does) packs each
+weight once: the same products took 21.7, 28.9 and 31.0 ms (2026-12-04, fastest of 7 passes;
 ``benchmarks/results/cpu_2026-12-04``).
 
 :func:`few_row_products` reroutes, for the duration of a flashspec call and in the calling thread only, the float32
