@@ -6,10 +6,13 @@ DEFAULT_SELECTOR = "cost_aware_discounted_thompson"
 """The selector a user gets (``flashspec-demo``, ``flashspec-eval``, the README's pool)."""
 
 
-def default_selector(prompt_prior: bool = True):
-    """A fresh :data:`DEFAULT_SELECTOR` from ``flashspec_hf.SELECTORS``, or the same with its prompt prior off
-    (``prompt_weight = 0``), to measure what the prior adds."""
+PROMPT_WEIGHT = 16.0
+"""The prompt prior's weight the benchmarks compare the default with (the default's own until 2026-12-04)."""
+
+
+def default_selector(prompt_prior: bool = False):
+    """A fresh :data:`DEFAULT_SELECTOR` from ``flashspec_hf.SELECTORS`` (it does not read the prompt), or the same
+    reading the prompt (``prompt_weight =`` :data:`PROMPT_WEIGHT`), to measure what the prior adds."""
     selector = SELECTORS[DEFAULT_SELECTOR]()
-    if not prompt_prior:
-        selector.prompt_weight = 0.0
+    selector.prompt_weight = PROMPT_WEIGHT if prompt_prior else 0.0
     return selector

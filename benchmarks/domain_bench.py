@@ -42,7 +42,7 @@ def parse_args():
 
 
 def engines(assistants: list) -> dict[str, dict]:
-    """generate kwargs per engine: stock static, default (with and without its prompt prior), and each fixed arm of
+    """generate kwargs per engine: stock static, default (without and with a prompt prior), and each fixed arm of
     the default pool."""
     pool = [*assistants, PromptLookup()]
     fixed = {
@@ -53,7 +53,7 @@ def engines(assistants: list) -> dict[str, dict]:
     return {
         "stock static": dict(cache_implementation="static"),
         "default": dict(assistant_models=pool, selector=default_selector(), flashspec=True),
-        "default without prompt prior": dict(assistant_models=pool, selector=default_selector(False), flashspec=True),
+        "default with prompt prior": dict(assistant_models=pool, selector=default_selector(True), flashspec=True),
         **fixed,
     }
 

@@ -35,8 +35,8 @@ def parse_args():
 def runs(pool: list, fixed: bool) -> dict:
     """label -> a fresh selector instance, kept along the run."""
     settings = {
-        "default without prompt prior": lambda: default_selector(False),
-        "default (prompt prior)": default_selector,
+        "default": default_selector,
+        "default with prompt prior": lambda: default_selector(True),
     }
     if fixed:
         for i, a in enumerate(pool):

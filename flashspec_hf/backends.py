@@ -75,6 +75,10 @@ class Backend(ABC):
     """Host seconds of this call's steps that ran eagerly before their capture and of the steps' captures
     (compilation happens there; a prefill's count in the set-up); 0 without CUDA graphs."""
 
+    side_stream: torch.cuda.Stream | None = None
+    """Where a step's keep-current forwards run beside its target forward (:mod:`~flashspec_hf.streams`; None: in
+    line)."""
+
     def __init__(self, batch_size: int, vocab_size: int, gammas: list[int], device: torch.device):
         self.batch_size, self.vocab_size, self.gammas, self.device = batch_size, vocab_size, gammas, device
         self.buffers = Buffers(device)
@@ -170,6 +174,7 @@ class StaticSession:
         self.prefills: dict[tuple, tuple] = {}  # (runner key, fed, W) -> (CUDA graph, logits)
         self.uses = Counter()  # arm, or a prefill's key -> launches
         self.pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None
+        self.side = torch.cuda.Stream(device) if device.type == "cuda" else None  # :mod:`~flashspec_hf.streams`
 
 
 class StaticBackend(Backend):
@@ -255,6 +260,11 @@ class StaticBackend(Backend):
     def graphed(self) -> bool:
         """Whether steps are captured: on CUDA, with every model on one GPU (read at the first step)."""
         return self.cuda and all(on_one_gpu(r.model) for r in self.session.runners.values())
+
+    @property
+    def side_stream(self) -> torch.cuda.Stream | None:
+        """The session's side stream when steps are captured; else None."""
+        return self.session.side if self.graphed else None
 
     def warming_arm(self, selector: Selector) -> int | None:
         """The first candidate without a captured step (CUDA graphs only): a session's first call runs every

@@ -3,7 +3,9 @@
 An arm's step costs one target forward over ``γ + 1`` columns plus, for a draft model, ``γ`` one-column draft
 forwards (prompt lookup and plain decoding draft for free; a mixed arm, :class:`~flashspec_hf.drafts.LookupOrDraft`,
 pays its model's), plus, on the static backend, one ``γ + 1``-column forward of every other draft model it keeps
-current (a mixed arm's own model too; not early exits: they read the target's cache). Each forward
+current (a mixed arm's own model too; not early exits: they read the target's cache). Where those run on a side
+stream beside the target's forward (captured steps, :mod:`~flashspec_hf.streams`), the target's forward is timed
+with them running beside it, as the step runs them. Each forward
 is timed eagerly through the call's own runners (compiled forwards included; not inside a CUDA graph, so launch
 overheads count more than in a captured step) on columns past the committed ones, then rewound, so nothing the call
 computes changes; the forwards run in interleaved rounds and each counts its fastest (:func:`forward_seconds`). The
@@ -23,6 +25,7 @@ from .backends import parameters_fingerprint
 from .cpu_products import rerouting
 from .drafts import DraftSource, LookupOrDraft, ModelDrafts
 from .runners import Runner
+from .streams import fork
 
 WARM_UPS = 2
 """Untimed rounds of forwards (lazy initialisation, compilation)."""
@@ -32,7 +35,8 @@ REPEATS = 5
 
 
 def arm_costs(
-    target: Runner, sources: list[DraftSource], arms: list[tuple[int, int]], columns: Columns, backend: str
+    target: Runner, sources: list[DraftSource], arms: list[tuple[int, int]], columns: Columns, backend: str,
+    side_stream: torch.cuda.Stream | None = None,
 ) -> list[float]:
     """Step seconds of each arm, from the table kept on the target (calibrated now if this set-up has none).
 
@@ -40,6 +44,7 @@ def arm_costs(
         target: the target's runner, after the prefill; sources: the call's draft sources; arms: ``(source, γ)``.
         columns: the call's columns (the forwards read columns past the committed ones and are rewound).
         backend: the backend's name (a set-up key: graphs change the costs).
+        side_stream: where the step runs its keep-current forwards beside the target's (None: in line).
 
     Returns:
         seconds per step, one per arm.
@@ -48,51 +53,64 @@ def arm_costs(
     mixed = {s: sources.index(source.model) for s, source in enumerate(sources) if isinstance(source, LookupOrDraft)}
     models = [target.model, *(runner.model for runner in drafts.values())]
     key = (backend, columns.tokens.shape[0], str(columns.tokens.device), tuple(type(s).__name__ for s in sources),
-           tuple(arms), parameters_fingerprint(models), rerouting())
+           tuple(arms), parameters_fingerprint(models), rerouting(), side_stream is not None)
     kept = target.model.__dict__.setdefault("_flashspec_arm_costs", {})
     if key not in kept:
-        kept[key] = _calibrate(target, drafts, mixed, arms, columns)
+        kept[key] = _calibrate(target, drafts, mixed, arms, columns, side_stream)
     return kept[key]
 
 
 def _calibrate(target: Runner, drafts: dict[int, Runner], mixed: dict[int, int], arms: list[tuple[int, int]],
-               columns: Columns) -> list[float]:
+               columns: Columns, side_stream: torch.cuda.Stream | None) -> list[float]:
     """An arm's step: the target's forward over γ + 1 columns, γ forwards of its draft model (a mixed arm's model
     drafts every row), and the forward keeping each other draft model current (a mixed arm's own model too: its
-    drafts are replaced by the mixed ones)."""
-    gammas = sorted({g for _, g in arms})
-    jobs = {("target", g): (target, g + 1, g + 1) for g in gammas}
-    jobs |= {("draft", s): (runner, 1, 1) for s, runner in drafts.items()}
-    jobs |= {("current", s, g): (runner, g + 1, 1) for s, runner in drafts.items() if runner.keeps_current
-             for g in gammas}  # a forward keeping the source current on a step it did not draft
-    seconds = dict(zip(jobs, forward_seconds(list(jobs.values()), columns)))
-    return [
-        seconds["target", g] + g * seconds.get(("draft", mixed.get(s, s)), 0.0)
-        + sum(seconds.get(("current", o, g), 0.0) for o in drafts if o != s)
-        for s, g in arms
-    ]
+    drafts are replaced by the mixed ones): after the target's, or beside it on ``side_stream``."""
+    current = [s for s, runner in drafts.items() if runner.keeps_current]
+    others = {s: tuple(o for o in current if o != s) for s, _ in arms}  # the draft models an arm keeps current
+    jobs = {("draft", s): (runner, 1, 1, ()) for s, runner in drafts.items()}
+    if side_stream is None:
+        gammas = sorted({g for _, g in arms})
+        jobs |= {("target", g): (target, g + 1, g + 1, ()) for g in gammas}
+        jobs |= {("current", s, g): (drafts[s], g + 1, 1, ()) for s in current for g in gammas}
+    else:  # timed together: the target's forward with the others' forwards beside it
+        jobs |= {("beside", others[s], g): (target, g + 1, g + 1, tuple((drafts[o], g + 1) for o in others[s]))
+                 for s, g in arms}
+    seconds = dict(zip(jobs, forward_seconds(list(jobs.values()), columns, side_stream)))
+
+    def target_and_current(s: int, g: int) -> float:
+        if side_stream is not None:
+            return seconds["beside", others[s], g]
+        return seconds["target", g] + sum(seconds["current", o, g] for o in others[s])
+
+    return [target_and_current(s, g) + g * seconds.get(("draft", mixed.get(s, s)), 0.0) for s, g in arms]
 
 
-def forward_seconds(jobs: list[tuple[Runner, int, int]], columns: Columns) -> list[float]:
-    """Seconds of each job's forward, a job being ``(runner, width, keep)``: the runner's forward over ``width``
-    columns from where it stands, keeping ``keep`` logits (synchronised timing; the runner is rewound to where it
-    stood after each). The jobs run in rounds, one forward of each per round, each round starting one job later
-    than the last (no job always follows the same one): :data:`WARM_UPS` untimed rounds, then :data:`REPEATS` timed
-    ones, and each job's time is its fastest. Another process can only slow a forward down, and a slow moment of the
-    machine then costs one round of every job rather than every round of one, so the ratios between arms do not
-    follow the moment the table was calibrated in."""
+def forward_seconds(jobs: list[tuple[Runner, int, int, tuple]], columns: Columns,
+                    side_stream: torch.cuda.Stream | None = None) -> list[float]:
+    """Seconds of each job's forwards, a job being ``(runner, width, keep, beside)``: the runner's forward over
+    ``width`` columns from where it stands, keeping ``keep`` logits, with the ``(runner, width)`` forwards of
+    ``beside`` on ``side_stream`` (:func:`~flashspec_hf.streams.fork`; in line without one) (synchronised timing;
+    every runner is rewound to where it stood after each). The jobs run in rounds, one forward of each per round,
+    each round starting one job later than the last (no job always follows the same one): :data:`WARM_UPS`
+    untimed rounds, then :data:`REPEATS` timed ones, and each job's time is its fastest. Another process can only
+    slow a forward down, and a slow moment of the machine then costs one round of every job rather than every round
+    of one, so the ratios between arms do not follow the moment the table was calibrated in."""
     times = [[] for _ in jobs]
     for round_ in range(WARM_UPS + REPEATS):
         for job in [(round_ + i) % len(jobs) for i in range(len(jobs))]:
-            runner, width, keep = jobs[job]
-            seen = runner.seen if isinstance(runner.seen, int) else runner.seen.clone()
+            runner, width, keep, beside = jobs[job]
+            runners = [runner, *(r for r, _ in beside)]
+            seen = [r.seen if isinstance(r.seen, int) else r.seen.clone() for r in runners]
             _synchronize()
             start = time.perf_counter()
+            join = fork(side_stream, lambda: [r.forward(columns, w, keep=1) for r, w in beside])
             runner.forward(columns, width, keep=min(keep, width))
+            join()
             _synchronize()
             if round_ >= WARM_UPS:
                 times[job].append(time.perf_counter() - start)
-            runner.rewind(seen)
+            for r, s in zip(runners, seen):
+                r.rewind(s)
     return [min(t) for t in times]
 
 

@@ -43,6 +43,7 @@ from .selection import Selector, make_selector
 from .sequences import Groups, Sequences
 from .stats import FlashSpecStats
 from .stopping import Stopping, eos_ids, max_new_tokens, other_criteria
+from .streams import fork
 from .verification import verify
 
 _step_guard = contextlib.nullcontext  # wraps each step's enqueueing; the GPU test makes it forbid synchronisation
@@ -79,6 +80,7 @@ class Run:
     finished: torch.Tensor  # bool [B], updated in place
     groups: Groups  # rows by tokens generated (kept current only when processors or criteria need them)
     commit_in_step: Callable | None  # the static backend's commit, part of the step (None: after the report)
+    side_stream: torch.cuda.Stream | None  # where the keep-current forwards run (None: in line)
 
     @property
     def columns(self) -> Columns:
@@ -94,8 +96,8 @@ def speculative_step(run: Run, arm: int) -> Step:
     commits inside the step). State is updated in place, so a captured step replays correctly."""
     source, gamma = run.arms[arm]
     drafts, draft_scores = run.sources[source].propose(run.ctx, gamma)  # [B, γ], [B, γ, V] | None
-    for other in run.sources[:source] + run.sources[source + 1 :]:
-        other.keep_current(run.ctx, gamma)
+    others = run.sources[:source] + run.sources[source + 1 :]
+    join = fork(run.side_stream, lambda: [other.keep_current(run.ctx, gamma) for other in others])
     logits = run.target.forward(run.columns, gamma + 1, keep=gamma + 1).to(drafts.device)  # [B, γ+1, V]
     target_scores = run.processing.target(logits, run.sequences, run.groups, drafts)  # [B, γ+1, V]
     output, num_accepted = verify(target_scores, drafts, draft_scores)  # [B, γ+1], [B]
@@ -107,6 +109,7 @@ def speculative_step(run: Run, arm: int) -> Step:
     run.sequences.append(output, num_emitted)
     if run.recorder.active:
         run.recorder.add(target_scores, logits, num_emitted)
+    join()
     if run.commit_in_step is not None:
         run.commit_in_step(run.columns, output, num_accepted, gamma, was_finished)
     return Step(arm, gamma, output, num_accepted, num_emitted, was_finished, finished, num_new_before)
@@ -243,12 +246,14 @@ def speculative_decode(
         finished=finished,
         groups=groups,
         commit_in_step=backend.commit_in_step if isinstance(backend, StaticBackend) else None,
+        side_stream=backend.side_stream,
     )
     rows = min(batch_size * (max(gammas) + 1), MAX_ROWS)  # a verification forward's
     with few_row_products([model, *(a for a in assistants if isinstance(a, PreTrainedModel))], rows):  # CPU only
         if selector.cost_aware:
             with record_function("flashspec.arm_costs"):
-                selector.set_costs(arm_costs(target, sources, arms, columns, type(backend).__name__))
+                selector.set_costs(arm_costs(target, sources, arms, columns, type(backend).__name__,
+                                             backend.side_stream))
         if window is not None:
             with record_function("flashspec.prior"):
                 selector.prior(*prompt_agreement(target, sources, arms, run.ctx, window))

@@ -322,8 +322,7 @@ SELECTORS = {
     "discounted_thompson": lambda: ThompsonSampling(discount=0.998),
     "discounted_ucb": lambda: UCB1(discount=0.998),
     "cost_aware_thompson": lambda: ThompsonSampling(cost_aware=True),
-    "cost_aware_discounted_thompson": lambda: ThompsonSampling(discount=0.99, cost_aware=True, call_memory=8,
-                                                               prompt_weight=16),
+    "cost_aware_discounted_thompson": lambda: ThompsonSampling(discount=0.99, cost_aware=True, call_memory=8),
     "cost_aware_ucb1": lambda: UCB1(exploration=0.5, cost_aware=True),
     "cost_aware_hedge": lambda: Hedge(cost_aware=True),
     "round_robin": RoundRobin,
@@ -334,9 +333,9 @@ SELECTORS = {
 def make_selector(spec: str | Selector | None) -> Selector:
     """Selector from a name in :data:`SELECTORS` (a fresh one; ``discounted_*`` use ``discount=0.998``, a memory
     of about 500 steps; ``cost_aware_discounted_thompson`` 0.99, about 100 steps, a ``call_memory`` of 8 tested
-    draft tokens per arm, for one selector serving a stream of prompts whose domain changes, and a ``prompt_weight``
-    of 16: at batch 1 and γ = 4, each call's prompt counts for about four steps of evidence) or an instance (kept
-    as is, with what it learned); None = Thompson.
+    draft tokens per arm, for one selector serving a stream of prompts whose domain changes; it does not read the
+    prompt: with a ``prompt_weight`` of 16, about four steps of evidence at batch 1 and γ = 4, it was slower on the
+    H200 in 10 of 12 domain comparisons over four runs) or an instance (kept as is, with what it learned); None = Thompson.
     The caller fits it to its arms with :meth:`Selector.ensure`.
 
     Raises:

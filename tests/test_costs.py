@@ -51,7 +51,7 @@ def test_the_plain_arm_wins_when_drafts_cannot_pay(target, monkeypatch):
     five plain ones): a tiny model's timings on a busy CPU are too noisy to test the choice with."""
     import flashspec_hf.decoding
 
-    monkeypatch.setattr(flashspec_hf.decoding, "arm_costs", lambda target, sources, arms, columns, backend: [
+    monkeypatch.setattr(flashspec_hf.decoding, "arm_costs", lambda target, sources, arms, *_: [
         1.0 if gamma == 0 else 5.0 for _, gamma in arms
     ])
     contrary = tiny_llama(layers=1, seed=11, peak=8.0)
@@ -92,21 +92,63 @@ def test_a_slow_moment_during_calibration_costs_one_round_of_every_forward(monke
     clock, order = [0.0], []
     slow = range(2 * costs.WARM_UPS + 1, 2 * (costs.WARM_UPS + costs.REPEATS - 2) + 1)  # all but 2 timed rounds
 
-    class Runner:
-        def __init__(self, name, seconds, seen):
-            self.name, self.seconds, self.seen = name, seconds, seen
-
+    class Runner(_Timed):
         def forward(self, columns, width, keep):
             order.append(self.name)
             clock[0] += self.seconds * (10 if len(order) in slow else 1)
             self.seen += width
 
-        def rewind(self, seen):
-            self.seen = seen
-
     monkeypatch.setattr(costs.time, "perf_counter", lambda: clock[0])
     target, draft = Runner("target", 0.5, 7), Runner("draft", 0.1, 6)
-    assert costs.forward_seconds([(target, 5, 5), (draft, 1, 1)], columns=None) == pytest.approx([0.5, 0.1])
+    jobs = [(target, 5, 5, ()), (draft, 1, 1, ())]
+    assert costs.forward_seconds(jobs, columns=None) == pytest.approx([0.5, 0.1])
     rounds = costs.WARM_UPS + costs.REPEATS
     assert order == [name for r in range(rounds) for name in (["target", "draft"][r % 2:] + ["target", "draft"])[:2]]
     assert (target.seen, draft.seen) == (7, 6)
+
+
+class _Timed:
+    """A runner whose forward advances a fake clock by ``seconds``."""
+
+    clock = [0.0]
+    keeps_current = True
+
+    def __init__(self, name, seconds, seen):
+        self.name, self.seconds, self.seen = name, seconds, seen
+
+    def forward(self, columns, width, keep):
+        self.clock[0] += self.seconds
+        self.seen += width
+
+    def rewind(self, seen):
+        self.seen = seen
+
+
+@pytest.mark.parametrize("beside", [False, True])
+def test_keep_current_forwards_cost_what_the_step_runs(monkeypatch, beside):
+    """Without a side stream an arm pays every other draft model's keep-current forward after the target's; with one,
+    the target's forward is timed with them running beside it (here, a perfect overlap: they take no time), and
+    every runner is rewound to where it stood."""
+    from flashspec_hf import costs
+
+    clock = _Timed.clock
+    monkeypatch.setattr(costs.time, "perf_counter", lambda: clock[0])
+
+    def overlapped(side, work):  # the side stream's work, free
+        start = clock[0]
+        work()
+        clock[0] = start
+        return lambda: None
+
+    monkeypatch.setattr(costs, "fork", overlapped)
+    monkeypatch.setattr(costs, "_synchronize", lambda: None)
+    target = _Timed("target", 0.5, 7)
+    drafts = {0: _Timed("a", 0.1, 6), 1: _Timed("b", 0.2, 6)}
+    arms = [(0, 4), (1, 4), (2, 4), (3, 0)]  # the two models, prompt lookup, plain decoding
+    table = costs._calibrate(target, drafts, {}, arms, columns=None, side_stream=object() if beside else None)
+    if beside:
+        want = [0.5 + 4 * 0.1, 0.5 + 4 * 0.2, 0.5, 0.5]
+    else:
+        want = [0.5 + 0.2 + 4 * 0.1, 0.5 + 0.1 + 4 * 0.2, 0.5 + 0.3, 0.5 + 0.3]
+    assert table == pytest.approx(want)
+    assert (target.seen, drafts[0].seen, drafts[1].seen) == (7, 6, 6)

@@ -108,7 +108,7 @@ def test_static_engine_with_cuda_graphs_equals_stock(disable_compile):
 
 
 def test_static_engine_with_the_prompt_prior_equals_stock():
-    """The default selector reads the prompt: the compiled static prefill keeps the logits of the window's columns
+    """A selector reading the prompt: the compiled static prefill keeps the logits of the window's columns
     (their count W changes with the prompt's length between calls) and every draft guesses them; output stays equal
     to stock's. Each prompt set comes three times in other tokens: its prefills are launched (compiled), then
     captured, then replayed on the third prompts, where each model's guesses equal a fresh session's."""
@@ -117,6 +117,7 @@ def test_static_engine_with_the_prompt_prior_equals_stock():
 
     target, drafts = _static_models()
     selector = SELECTORS["cost_aware_discounted_thompson"]()
+    selector.prompt_weight = 16.0
     first = [[[3 + (7 * i) % 90 for i in range(40)], [5 + (3 * i) % 80 for i in range(10)]],
              [[5, 17, 33, 8, 90, 41, 7, 11, 60, 61, 62, 63], [12, 60]]]
     calls = [[[(t * k) % 94 + 3 for t in row] for row in rows] for k in (1, 13, 29) for rows in first]

@@ -265,9 +265,12 @@ def test_prefill_keeps_the_window_by_a_slice_on_a_split_model(device_map, kept):
     assert torch.arange(97)[keep].tolist() == [3, 4, 5, 6]
 
 
-def test_prompt_weight_zero_turns_the_prior_off():
-    """What ``benchmarks.default_selector(False)`` relies on: ``prompt_weight`` may be set after construction."""
+def test_prompt_weight_set_after_construction_turns_the_prior_on_and_off():
+    """What ``benchmarks.default_selector(True)`` relies on: ``prompt_weight`` may be set after construction; the
+    default does not read the prompt."""
     selector = SELECTORS["cost_aware_discounted_thompson"]()
+    assert not selector.wants_prior
+    selector.prompt_weight = 16.0
     assert selector.wants_prior
     selector.prompt_weight = 0.0
     assert not selector.wants_prior

@@ -422,7 +422,7 @@ def test_a_replayed_prefill_computes_each_calls_own_prefill(monkeypatch):
     give each call's own prefill, the prompt prior's window included (same ``W``, other columns), and decode like
     stock."""
     import flashspec_hf.backends
-    from flashspec_hf import SELECTORS
+    from flashspec_hf import ThompsonSampling
     from flashspec_hf.backends import clear_static_sessions
 
     from .conftest import assert_rows_equal_stock
@@ -435,7 +435,8 @@ def test_a_replayed_prefill_computes_each_calls_own_prefill(monkeypatch):
     drafts = [tiny_llama(layers=1, vocab=101, seed=5, peak=8.0)]  # a cache of its own: a prefill of its own
     calls = [[[3 + (7 * i) % 90 for i in range(40)], [5 + (3 * i) % 80 for i in range(36)]],
              [[4 + (5 * i) % 90 for i in range(45)], [9 + (11 * i) % 80 for i in range(38)]]]  # W = 32, other starts
-    selector = SELECTORS["cost_aware_discounted_thompson"]  # reads the prompt window
+    def selector():  # reads the prompt window
+        return ThompsonSampling(discount=0.99, cost_aware=True, call_memory=8, prompt_weight=16)
 
     def decode() -> list:
         prefills = []

@@ -1,0 +1,32 @@
+"""Work a step runs beside its target forward: the forwards keeping the draft models that did not draft current.
+
+They read the columns the step's drafts were written to and write only their own caches, and nothing reads those
+caches before the step's commit rewinds them: on a GPU they can run on a side stream, concurrently with the
+target's forward and the verification, and join the step before its commit. At batch 1 a step's kernels leave
+most of the GPU idle, so the draft forwards' kernels run in its gaps. Forking from and joining the capturing stream
+is how a CUDA graph captures concurrent branches (CUDA programming guide, "Cross-stream dependencies and events").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+
+def fork(side: torch.cuda.Stream | None, work: Callable[[], object]) -> Callable[[], None]:
+    """Enqueue ``work`` on the ``side`` stream, after everything enqueued so far on the current stream; returns
+    ``join``, which makes the current stream wait for it. With ``side`` None, ``work`` runs here and now and
+    ``join`` does nothing.
+
+    ``work`` must read only tensors that outlive the step (the columns, the caches, ``seen``): a temporary the
+    current stream frees could be reused under it.
+    """
+    if side is None:
+        work()
+        return lambda: None
+    main = torch.cuda.current_stream(side.device)
+    side.wait_stream(main)
+    with torch.cuda.stream(side):
+        work()
+    return lambda: main.wait_stream(side)
