@@ -258,13 +258,15 @@ class StaticBackend(Backend):
 
     @functools.cached_property
     def graphed(self) -> bool:
-        """Whether steps are captured: on CUDA, with every model on one GPU (read at the first step)."""
+        """Whether steps are captured: on CUDA, with every model on one GPU (read once, after the runners are made)."""
         return self.cuda and all(on_one_gpu(r.model) for r in self.session.runners.values())
 
     @property
     def side_stream(self) -> torch.cuda.Stream | None:
-        """The session's side stream when steps are captured; else None."""
-        return self.session.side if self.graphed else None
+        """The session's side stream when steps are captured and every model sits on the call's GPU (a side stream of
+        one device does not order another device's kernels); else None."""
+        same_gpu = all(r.model.device == self.device for r in self.session.runners.values())
+        return self.session.side if self.graphed and same_gpu else None
 
     def warming_arm(self, selector: Selector) -> int | None:
         """The first candidate without a captured step (CUDA graphs only): a session's first call runs every

@@ -5,7 +5,8 @@ forwards (prompt lookup and plain decoding draft for free; a mixed arm, :class:`
 pays its model's), plus, on the static backend, one ``γ + 1``-column forward of every other draft model it keeps
 current (a mixed arm's own model too; not early exits: they read the target's cache). Where those run on a side
 stream beside the target's forward (captured steps, :mod:`~flashspec_hf.streams`), the target's forward is timed
-with them running beside it, as the step runs them. Each forward
+with them running beside it; timed eagerly, its host launches included, so the overlap a captured step gains shows
+only in part. Each forward
 is timed eagerly through the call's own runners (compiled forwards included; not inside a CUDA graph, so launch
 overheads count more than in a captured step) on columns past the committed ones, then rewound, so nothing the call
 computes changes; the forwards run in interleaved rounds and each counts its fastest (:func:`forward_seconds`). The

@@ -73,6 +73,9 @@ class DraftSource(ABC):
             int64 ``[B, width]``; only positions up to each row's accepted count are meaningful.
         """
 
+    keeps_current = False
+    """Whether :meth:`keep_current` runs a forward (a draft model on the static backend)."""
+
     def keep_current(self, ctx: DraftContext, gamma: int) -> None:
         """Called on a step that another source drafted (``gamma`` drafts now at columns ``[T, T + γ)``); sources
         without a cache ignore it."""
@@ -121,6 +124,10 @@ class ModelDrafts(DraftSource):
         unseen = ctx.columns.host_length - 1 - self.runner.seen
         logits = self.runner.forward(ctx.columns, unseen, keep=width)  # [B, width, V_draft]
         return self.fit(logits).argmax(dim=-1).to(ctx.columns.tokens.device)  # [B, width]
+
+    @property
+    def keeps_current(self) -> bool:
+        return self.runner.keeps_current
 
     def keep_current(self, ctx: DraftContext, gamma: int) -> None:
         self.runner.keep_current(ctx.columns, gamma)

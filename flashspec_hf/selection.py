@@ -335,8 +335,8 @@ def make_selector(spec: str | Selector | None) -> Selector:
     of about 500 steps; ``cost_aware_discounted_thompson`` 0.99, about 100 steps, a ``call_memory`` of 8 tested
     draft tokens per arm, for one selector serving a stream of prompts whose domain changes; it does not read the
     prompt: with a ``prompt_weight`` of 16, about four steps of evidence at batch 1 and γ = 4, it was slower on the
-    H200 in 10 of 12 domain comparisons over four runs) or an instance (kept as is, with what it learned); None = Thompson.
-    The caller fits it to its arms with :meth:`Selector.ensure`.
+    H200 in 10 of 12 domain comparisons over four runs) or an instance (kept as is, with what it learned); None =
+    Thompson. The caller fits it to its arms with :meth:`Selector.ensure`.
 
     Raises:
         ValueError: unknown name. TypeError: neither a name nor a :class:`Selector`.

@@ -20,7 +20,8 @@ def fork(side: torch.cuda.Stream | None, work: Callable[[], object]) -> Callable
     ``join`` does nothing.
 
     ``work`` must read only tensors that outlive the step (the columns, the caches, ``seen``): a temporary the
-    current stream frees could be reused under it.
+    current stream frees could be reused under it. Until ``join``, the current stream must not write what ``work``
+    reads or writes (the step's commit writes the columns and rewinds every runner's ``seen``: it comes after).
     """
     if side is None:
         work()

@@ -108,9 +108,9 @@ def test_a_slow_moment_during_calibration_costs_one_round_of_every_forward(monke
 
 
 class _Timed:
-    """A runner whose forward advances a fake clock by ``seconds``."""
+    """A runner whose forward advances a fake clock by ``seconds`` and logs ``(name, width)``."""
 
-    clock = [0.0]
+    clock, log = [0.0], []
     keeps_current = True
 
     def __init__(self, name, seconds, seen):
@@ -118,6 +118,7 @@ class _Timed:
 
     def forward(self, columns, width, keep):
         self.clock[0] += self.seconds
+        self.log.append((self.name, width))
         self.seen += width
 
     def rewind(self, seen):
@@ -127,17 +128,21 @@ class _Timed:
 @pytest.mark.parametrize("beside", [False, True])
 def test_keep_current_forwards_cost_what_the_step_runs(monkeypatch, beside):
     """Without a side stream an arm pays every other draft model's keep-current forward after the target's; with one,
-    the target's forward is timed with them running beside it (here, a perfect overlap: they take no time), and
-    every runner is rewound to where it stood."""
+    the target's forward is timed with the forwards the step runs beside it (here a perfect overlap: they take no
+    time), each other draft model's over γ + 1 columns; every runner is rewound to where it stood."""
     from flashspec_hf import costs
 
-    clock = _Timed.clock
+    clock, log = _Timed.clock, _Timed.log
+    log.clear()
     monkeypatch.setattr(costs.time, "perf_counter", lambda: clock[0])
+    sides = set()
 
     def overlapped(side, work):  # the side stream's work, free
-        start = clock[0]
+        start, first = clock[0], len(log)
         work()
         clock[0] = start
+        if log[first:]:
+            sides.add(tuple(log[first:]))
         return lambda: None
 
     monkeypatch.setattr(costs, "fork", overlapped)
@@ -148,7 +153,9 @@ def test_keep_current_forwards_cost_what_the_step_runs(monkeypatch, beside):
     table = costs._calibrate(target, drafts, {}, arms, columns=None, side_stream=object() if beside else None)
     if beside:
         want = [0.5 + 4 * 0.1, 0.5 + 4 * 0.2, 0.5, 0.5]
+        assert sides == {(("b", 5),), (("a", 5),), (("a", 5), ("b", 5)), (("a", 1), ("b", 1))}
     else:
         want = [0.5 + 0.2 + 4 * 0.1, 0.5 + 0.1 + 4 * 0.2, 0.5 + 0.3, 0.5 + 0.3]
+        assert not sides
     assert table == pytest.approx(want)
     assert (target.seen, drafts[0].seen, drafts[1].seen) == (7, 6, 6)

@@ -141,6 +141,50 @@ def test_static_engine_with_the_prompt_prior_equals_stock():
         assert len(got) == 3 and all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
 
 
+def test_keep_current_forwards_run_beside_the_target_and_join_before_the_commit(monkeypatch):
+    """Draft models that did not draft are kept current on the session's side stream, in the captured steps too, each
+    forward delayed on the GPU (a sleep kernel captured before it): a commit that did not wait for them would rewind
+    their runners under them and corrupt their caches. Greedy output cannot show that (any drafts give stock's
+    tokens), so every step's accepted counts must equal those of the same calls with the forwards in line."""
+    from flashspec_hf import PromptLookup, RoundRobin
+    from flashspec_hf.backends import StaticBackend
+    from flashspec_hf.runners import StaticRunner
+
+    streams, keep_current = [], StaticRunner.keep_current
+
+    def delayed(self, columns, gamma):
+        streams.append(torch.cuda.current_stream())
+        torch.cuda._sleep(2_000_000)  # about a millisecond
+        keep_current(self, columns, gamma)
+
+    monkeypatch.setattr(StaticRunner, "keep_current", delayed)
+    rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60], [77, 3, 51, 51, 9]]
+    ids, mask = left_padded(rows)
+
+    def calls() -> tuple[list, list, torch.cuda.Stream]:
+        target, drafts = _static_models()
+        outputs, accepted = [], []
+        for _ in range(3):  # eager steps, captures, replays
+            out = target.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=24, do_sample=False,
+                                  assistant_models=[*drafts, PromptLookup()], selector=RoundRobin(),
+                                  cache_implementation="static", flashspec=True)
+            assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 24)
+            outputs.append(out.cpu())
+            accepted.append(target.flashspec_stats.step_accepted)
+        (session,) = target.__dict__["_flashspec_static_sessions"].values()
+        assert session.graphs
+        return outputs, accepted, session.side
+
+    beside, beside_accepted, side = calls()
+    assert streams and all(stream == side for stream in streams)
+    streams.clear()
+    monkeypatch.setattr(StaticBackend, "side_stream", None)
+    in_line, in_line_accepted, unused_side = calls()
+    assert streams and all(stream != unused_side for stream in streams)
+    assert all(torch.equal(a, b) for a, b in zip(beside, in_line, strict=True))
+    assert beside_accepted == in_line_accepted
+
+
 def test_first_calls_capture_every_arm_then_switches_only_replay():
     """A session's first calls draft with each arm that has no captured step yet (its eager step, then its capture),
     so a later call captures nothing, whichever arms its selector picks; output stays equal to stock's."""
