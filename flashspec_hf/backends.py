@@ -94,8 +94,9 @@ class Backend(ABC):
 
     @abstractmethod
     def target_runner(self, model: PreTrainedModel, columns: Columns, window: range | None = None) -> Runner:
-        """The target's runner, with the prompt fed up to its pending column (and its greedy tokens at the prompt
-        ``window``'s columns kept: :attr:`~flashspec_hf.runners.Runner.prompt_argmax`)."""
+        """The target's runner, with the prompt fed up to its pending column, or through it with that column's logits
+        held for the first step (the dynamic backend; :meth:`~flashspec_hf.runners.Runner.verify_forward`), and its
+        greedy tokens at the prompt ``window``'s columns kept (:attr:`~flashspec_hf.runners.Runner.prompt_argmax`)."""
 
     @abstractmethod
     def draft_runner(self, model: PreTrainedModel, columns: Columns, source: int,
@@ -138,8 +139,7 @@ class DynamicBackend(Backend):
 
     def target_runner(self, model: PreTrainedModel, columns: Columns, window: range | None = None) -> Runner:
         runner = self._runner(model)
-        if columns.host_length > 1:
-            runner.prefill(columns, columns.host_length - 1, window)  # the pending column is read with the drafts
+        runner.prefill(columns, columns.host_length, window, hold=True)  # the pending column's logits are held
         return runner
 
     def draft_runner(self, model: PreTrainedModel, columns: Columns, source: int,

@@ -98,7 +98,7 @@ def speculative_step(run: Run, arm: int) -> Step:
     drafts, draft_scores = run.sources[source].propose(run.ctx, gamma)  # [B, γ], [B, γ, V] | None
     others = [other for other in run.sources[:source] + run.sources[source + 1 :] if other.keeps_current]
     join = fork(run.side_stream if others else None, lambda: [other.keep_current(run.ctx, gamma) for other in others])
-    logits = run.target.forward(run.columns, gamma + 1, keep=gamma + 1).to(drafts.device)  # [B, γ+1, V]
+    logits = run.target.verify_forward(run.columns, gamma).to(drafts.device)  # [B, γ+1, V]
     target_scores = run.processing.target(logits, run.sequences, run.groups, drafts)  # [B, γ+1, V]
     output, num_accepted = verify(target_scores, drafts, draft_scores)  # [B, γ+1], [B]
     output = output.masked_fill(output == PLACEHOLDER_TOKEN_ID, run.sequences.pad_token_id)

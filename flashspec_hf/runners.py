@@ -8,7 +8,8 @@ draft. Two kinds:
 
 - :class:`DynamicRunner`: ``seen`` on the host, a ``DynamicCache`` that grows with the columns and is cropped on
   rewind; the model builds its own causal mask from a 2D padding mask (or none), so sliding-window layers work.
-  A draft model catches up lazily: one forward over everything it missed.
+  A draft model catches up lazily: one forward over everything it missed. The target's prefill feeds the pending
+  column too and holds its logits, so a call runs as many target forwards as stock's when every step is plain.
 - :class:`StaticRunner`: ``seen`` on the device, one count per row, and a ``StaticCache`` of ``N`` columns whose layers
   write each row's new keys and values at that row's own offset (:class:`RowOffsetLayer`: the dense layout of
   :mod:`~flashspec_hf.columns`), with a 4D mask over all of them, so every forward of a step has a fixed shape and a
@@ -58,6 +59,9 @@ class Runner:
     prompt_argmax: torch.Tensor | None = None
     """int64 ``[B, W]``: the model's greedy token (an index of its own logits) at each column of the prompt window
     its last :meth:`prefill` was given (None: no window, or the runner fed nothing)."""
+    held: torch.Tensor | None = None
+    """Logits ``[B, 1, V_model]`` of the pending column, fed by a :meth:`prefill` with ``hold`` and not verified yet
+    (:meth:`verify_forward`; what runs in between, the arm costs' timing, rewinds to where it started)."""
 
     def __init__(self, model: PreTrainedModel, vocab_size: int):
         self.model = model
@@ -76,11 +80,24 @@ class Runner:
         self.seen += width
         return logits
 
-    def prefill(self, columns: Columns, width: int, window: range | None = None) -> None:
+    def prefill(self, columns: Columns, width: int, window: range | None = None, hold: bool = False) -> None:
         """Feed the first ``width`` columns of a call (the runner has seen none). With ``window`` (columns within
-        them), keep the argmax of the logits there in :attr:`prompt_argmax`."""
-        logits = self.forward(columns, width, keep=self._keep(window))  # [B, W | 1, V_model]
-        self._keep_argmax(logits, window)
+        them), keep the argmax of the logits there in :attr:`prompt_argmax`. With ``hold``, the last column is the
+        target's pending one: its logits are kept in :attr:`held` for the first step, whose target forward then
+        feeds only the drafts (none for a plain step): the prompt is read in one forward, as stock's prefill
+        reads it."""
+        kept = window if window is None or not hold else range(window.start, width)  # the window, then the last
+        logits = self.forward(columns, width, keep=self._keep(kept))  # [B, W | W' | 1, V_model]
+        self.held = logits[:, -1:] if hold else None  # [B, 1, V_model]
+        self._keep_argmax(logits if window is None else logits[:, : len(window)], window)
+
+    def verify_forward(self, columns: Columns, gamma: int) -> torch.Tensor:
+        """The target's forward of a step: logits ``[B, γ + 1, V_model]`` of the pending column and the ``γ`` drafts
+        after it, fed now (the pending column's from :attr:`held` when the prefill fed it)."""
+        if self.held is None:
+            return self.forward(columns, gamma + 1, keep=gamma + 1)
+        held, self.held = self.held, None
+        return held if gamma == 0 else torch.cat([held, self.forward(columns, gamma, keep=gamma)], dim=1)
 
     def _keep(self, window: range | None) -> int | slice | torch.Tensor:
         """``logits_to_keep`` of a prefill: the window's columns, else 1. An int64 ``[W]`` tensor on the model's

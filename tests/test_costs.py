@@ -67,6 +67,33 @@ def test_the_plain_arm_wins_when_drafts_cannot_pay(target, monkeypatch):
     assert torch.equal(out, want)
 
 
+def test_plain_steps_run_as_many_target_forwards_as_stock(target, assistants):
+    """The dynamic backend's prefill feeds the pending column too and holds its logits: a call whose every step is
+    plain runs stock generate's target forwards exactly (one prefill, then one per further token), with stock's
+    output, after the arm costs' timing (first call) and with it kept (second call)."""
+
+    class PlainOnly(flashspec_hf.ThompsonSampling):
+        def select(self) -> int:
+            return self.gammas.index(0)
+
+    ids, mask = left_padded(ROWS[:1])
+    forwards = []
+    hook = target.register_forward_pre_hook(lambda *_: forwards.append(1))
+    try:
+        want = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=12)
+        stock = len(forwards)
+        target.__dict__.pop("_flashspec_arm_costs", None)
+        for _ in range(2):
+            forwards.clear()
+            out = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=12, flashspec=True,
+                                  assistant_models=assistants, selector=PlainOnly(cost_aware=True))
+            assert torch.equal(out, want)
+    finally:
+        hook.remove()
+    assert target.flashspec_stats.arm_share["plain"] == 1.0
+    assert stock == 12 and len(forwards) == stock
+
+
 def test_selectors_without_cost_get_no_plain_arm(target, assistants):
     ids, mask = left_padded(ROWS[:1])
     target.generate(ids, attention_mask=mask, max_new_tokens=4, flashspec=True, selector="thompson",
