@@ -74,7 +74,8 @@ def _package_sources():
     this package."""
     root = Path(sysconfig.get_paths()["purelib"])
     for path in sorted(root.glob("*/**/*.py")):
-        if "test" in path.as_posix().lower() or path.parts[len(root.parts)].startswith(("flashspec", "_")):
+        inside = path.relative_to(root)  # not the venv's own path, which may hold "test" (a clone in /tmp/tests)
+        if "test" in inside.as_posix().lower() or inside.parts[0].startswith(("flashspec", "_")):
             continue
         yield path.read_text(errors="ignore")
 

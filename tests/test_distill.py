@@ -212,6 +212,21 @@ def test_teacher_topk_is_the_targets_renormalised_top_k():
     torch.testing.assert_close(probs.float(), top.softmax(-1), atol=1e-3, rtol=1e-3)
 
 
+def test_package_sources_skip_tests_by_their_place_in_site_packages(tmp_path, monkeypatch):
+    """Test files, private and flashspec modules are skipped by their path inside site-packages: a venv that lives
+    under a folder named like a test (a clone in /tmp/tests) still yields its packages."""
+    import flashspec_hf.data
+
+    root = tmp_path / "tests_clone" / "site-packages"
+    files = {"pkg/mod.py": "kept", "pkg/tests/helpers.py": "test", "pkg/test_mod.py": "test",
+             "_private/x.py": "private", "flashspec_hf/x.py": "own"}
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    monkeypatch.setattr(flashspec_hf.data.sysconfig, "get_paths", lambda: {"purelib": str(root)})
+    assert list(flashspec_hf.data._package_sources()) == ["kept"]
+
+
 def test_function_prompts_are_humaneval_shaped():
     """Signature + docstring, ending where the body starts: the prompt plus an indented statement parses."""
     import ast
