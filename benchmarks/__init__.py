@@ -6,13 +6,15 @@ DEFAULT_SELECTOR = "cost_aware_discounted_thompson"
 """The selector a user gets (``flashspec-demo``, ``flashspec-eval``, the README's pool)."""
 
 
-PROMPT_WEIGHT = 16.0
-"""The prompt prior's weight the benchmarks compare the default with (the default's own until 2026-12-04)."""
+VARIANTS = {"conservative": dict(conservative=0.05), "prompt prior": dict(prompt_weight=16.0)}
+"""Changes to the default the benchmarks compare it with: the conservative guard at δ = 0.05 (opt-in, 2026-12-05),
+and reading the prompt with a weight of 16 (the default until 2026-12-04)."""
 
 
-def default_selector(prompt_prior: bool = False):
-    """A fresh :data:`DEFAULT_SELECTOR` from ``flashspec_hf.SELECTORS`` (it does not read the prompt), or the same
-    reading the prompt (``prompt_weight =`` :data:`PROMPT_WEIGHT`), to measure what the prior adds."""
+def default_selector(variant: str | None = None):
+    """A fresh :data:`DEFAULT_SELECTOR` from ``flashspec_hf.SELECTORS``, or the same with a :data:`VARIANTS` change
+    (attributes set after construction)."""
     selector = SELECTORS[DEFAULT_SELECTOR]()
-    selector.prompt_weight = PROMPT_WEIGHT if prompt_prior else 0.0
+    for name, value in (VARIANTS[variant] if variant else {}).items():
+        setattr(selector, name, value)
     return selector

@@ -42,8 +42,8 @@ def parse_args():
 
 
 def engines(assistants: list) -> dict[str, dict]:
-    """generate kwargs per engine: stock static, default (without and with a prompt prior), and each fixed arm of
-    the default pool."""
+    """generate kwargs per engine: stock static, default, default with the conservative guard (δ = 0.05), and each
+    fixed arm of the default pool."""
     pool = [*assistants, PromptLookup()]
     fixed = {
         f"fixed {getattr(a, 'name', None) or a.config.name_or_path}": dict(assistant_models=pool, selector=FixedArm(i),
@@ -53,7 +53,7 @@ def engines(assistants: list) -> dict[str, dict]:
     return {
         "stock static": dict(cache_implementation="static"),
         "default": dict(assistant_models=pool, selector=default_selector(), flashspec=True),
-        "default with prompt prior": dict(assistant_models=pool, selector=default_selector(True), flashspec=True),
+        "default conservative": dict(assistant_models=pool, selector=default_selector("conservative"), flashspec=True),
         **fixed,
     }
 

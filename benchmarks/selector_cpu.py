@@ -36,7 +36,7 @@ def runs(pool: list, fixed: bool) -> dict:
     """label -> a fresh selector instance, kept along the run."""
     settings = {
         "default": default_selector,
-        "default with prompt prior": lambda: default_selector(True),
+        "default conservative": lambda: default_selector("conservative"),
     }
     if fixed:
         for i, a in enumerate(pool):

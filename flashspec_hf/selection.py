@@ -10,8 +10,11 @@ tokens plus the recovered or bonus token), or, with ``cost_aware=True``, by thos
 (a bigger draft model accepts more but costs more: acceptance alone always picks the biggest). A cost-aware
 selector is given each arm's step seconds before the call's first step (:meth:`Selector.set_costs`, calibrated
 once per set-up by :mod:`flashspec_hf.costs`) and is offered a plain-decoding arm (γ = 0: one target token per
-step, no draft), so it never has to be slower than plain decoding. Its choices depend on timing only through that
-calibration, which is kept: with ``torch.manual_seed``, later calls with the same set-up repeat exactly.
+step, no draft), so it never has to be slower than plain decoding. With ``conservative=δ`` it is a conservative
+bandit (Wu, Shariff, Lattimore & Szepesvári 2016): it explores only with what the call can afford, so each call
+keeps at least ``1 - δ`` of plain decoding's tokens per second of calibrated step time (:meth:`Selector.choose`).
+Its choices depend on timing only through that calibration, which is kept: with ``torch.manual_seed``, later calls
+with the same set-up repeat exactly.
 
 Bandit selectors (UCB1, Thompson sampling, their discounted variants) learn from the drafting arm's acceptance
 only. Thompson sampling may also start each call from the prompt (``prompt_weight``): before the first step, every
@@ -43,6 +46,11 @@ class Selector(ABC):
 
     Args:
         cost_aware: value arms by expected tokens per second of step time instead of tokens per step.
+        conservative: δ in ``[0, 1)``, or None: with ``cost_aware``, a step may draft with the selected arm only if,
+            with that arm's pessimistic tokens per step (:meth:`pessimistic_tokens`), the call would still have
+            produced ``1 - δ`` of the tokens plain decoding produces in the same calibrated step seconds; otherwise
+            the plain arm decodes the step (Wu et al. 2016, "Conservative Bandits", with plain decoding as the
+            baseline, whose value the calibration gives exactly).
     """
 
     num_arms: int = 0
@@ -54,8 +62,13 @@ class Selector(ABC):
         """True for selectors that want every arm scored on the prompt before a call's first step (:meth:`prior`)."""
         return False
 
-    def __init__(self, cost_aware: bool = False):
+    def __init__(self, cost_aware: bool = False, conservative: float | None = None):
+        if conservative is not None and not 0 <= conservative < 1:
+            raise ValueError(f"conservative is the fraction δ of plain decoding's speed a call may risk, in [0, 1); "
+                             f"got {conservative}")
         self.cost_aware = cost_aware
+        self.conservative = conservative
+        self.allowed: list[bool] | None = None  # the arms _best may pick (None: all); set by choose
 
     def reset(self, num_arms: int, gammas: list[int] | None = None) -> None:
         """Forget all statistics; ``num_arms`` arms drafting ``gammas[a]`` tokens per step (default all 4)."""
@@ -64,6 +77,8 @@ class Selector(ABC):
         self.pulls = [0] * num_arms  # steps drafted by each arm, whose outcome was reported
         self.chosen = [0] * num_arms  # steps each arm was chosen for (ahead of pulls while outcomes are in flight)
         self.costs = [1.0] * num_arms  # step seconds per arm (cost-aware selectors; set_costs)
+        self.plain = next((a for a, g in enumerate(self.gammas) if g == 0), None)  # the plain-decoding arm
+        Selector.begin_call(self)  # a fresh account (a subclass's begin_call would weaken statistics not yet made)
 
     def set_costs(self, costs: list[float]) -> None:
         """Step seconds of each arm (> 0), used by cost-aware selectors; given before a call's first step."""
@@ -77,8 +92,11 @@ class Selector(ABC):
             self.reset(num_arms, gammas)
 
     def begin_call(self) -> None:
-        """Called at the start of every ``generate`` call, after :meth:`ensure`: a selector kept across calls may
-        weaken what it learnt, since the next prompt's domain may differ (nothing by default)."""
+        """Called at the start of every ``generate`` call, after :meth:`ensure`: starts the call's account of tokens
+        and step seconds (:meth:`choose`); a selector kept across calls may also weaken what it learnt, since the
+        next prompt's domain may differ."""
+        self.call_tokens = 0.0  # tokens per row the call's steps gave (1 per step whose outcome is in flight)
+        self.call_seconds = 0.0  # calibrated step seconds of the call's steps
 
     @abstractmethod
     def select(self) -> int:
@@ -91,10 +109,40 @@ class Selector(ABC):
 
     def choose(self, arm: int | None = None) -> int:
         """:meth:`select` (or ``arm``, an arm the backend must warm up), counted in ``chosen`` at once (the loops
-        call this). The static loop reads outcomes a few steps late, so ``pulls`` lags behind the choices made."""
-        arm = self.select() if arm is None else arm
+        call this). The static loop reads outcomes a few steps late, so ``pulls`` lags behind the choices made.
+
+        A conservative selector replaces its selection by the plain arm when the call cannot afford it: when
+        ``tokens + pessimistic_tokens(arm) < (1 - δ) (seconds + cost(arm)) / cost(plain)``, ``tokens`` being the
+        call's tokens per row so far (a step still in flight counted as 1, its worst case) and ``seconds`` its
+        calibrated step seconds. Every step then keeps the call at ``1 - δ`` of plain decoding or above, unless an
+        arm yields less than its pessimistic estimate; the plain arm's steps add ``δ`` tokens of slack each, which
+        is what exploration spends. Selectors that pick the arm of largest value (UCB1, Thompson sampling) pick
+        among the arms the call can afford instead; the others fall back to the plain arm."""
+        if arm is None:
+            arm = self.select()
+            if not self.affordable(arm):  # the best arm it can afford (argmax selectors), else the plain arm
+                self.allowed = [self.affordable(a) for a in range(self.num_arms)]
+                arm = self.select()
+                self.allowed = None
+                arm = arm if self.affordable(arm) else self.plain
         self.chosen[arm] += 1
+        self.call_tokens += 1.0
+        self.call_seconds += self.costs[arm]
         return arm
+
+    def affordable(self, arm: int) -> bool:
+        """Whether a conservative selector may draft the next step with ``arm`` (:meth:`choose`); always True for the
+        plain arm (the baseline, even when an arm that yielded less than its pessimistic estimate took the call below
+        the floor) and for a selector that is not conservative, not cost-aware, or has no plain arm."""
+        if self.conservative is None or not self.cost_aware or self.plain is None or arm == self.plain:
+            return True
+        keep = (1.0 - self.conservative) / self.costs[self.plain]  # tokens per second of step time to keep
+        return self.call_tokens + self.pessimistic_tokens(arm) >= keep * (self.call_seconds + self.costs[arm])
+
+    def pessimistic_tokens(self, arm: int) -> float:
+        """Tokens per row a step of ``arm`` yields at worst, as far as the selector can tell: 1 (the recovered or
+        bonus token alone) unless a selector's statistics give a lower confidence bound."""
+        return 1.0
 
     def update(self, arm: int, accepted: list[int], gamma: int) -> None:
         """Record one step.
@@ -105,6 +153,7 @@ class Selector(ABC):
             gamma: draft tokens of the step (γ; 0 for the plain-decoding arm).
         """
         self.pulls[arm] += 1
+        self.call_tokens += sum(accepted) / max(len(accepted), 1)  # the step's 1 was counted by choose
         self.observe(arm, sum(accepted) / (gamma * max(len(accepted), 1)) if gamma else 0.0)
 
     def observe(self, arm: int, reward: float) -> None:
@@ -128,7 +177,9 @@ class Selector(ABC):
         return (1.0 + accepted) / self.step_cost(arm)
 
     def _best(self, values: list[float]) -> int:
-        return max(range(self.num_arms), key=values.__getitem__)
+        """The arm of largest value among those :meth:`choose` allows (all, unless it restricts them)."""
+        arms = range(self.num_arms)
+        return max((a for a in arms if self.allowed is None or self.allowed[a]), key=values.__getitem__)
 
 
 class UCB1(Selector):
@@ -143,11 +194,13 @@ class UCB1(Selector):
     Args:
         exploration: ``c``; 2 is the constant of UCB1's regret bound.
         discount: in ``(0, 1]``; 1 is plain UCB1.
-        cost_aware: see :class:`Selector`.
+        cost_aware, conservative: see :class:`Selector` (the pessimistic tokens of a step are ``1 + γ l_a``, with
+            the lower confidence bound ``l_a = mean_a - sqrt(c ln n / n_a)``, as conservative UCB has it).
     """
 
-    def __init__(self, exploration: float = 2.0, discount: float = 1.0, cost_aware: bool = False):
-        super().__init__(cost_aware)
+    def __init__(self, exploration: float = 2.0, discount: float = 1.0, cost_aware: bool = False,
+                 conservative: float | None = None):
+        super().__init__(cost_aware, conservative)
         self.exploration = exploration
         self.discount = discount
 
@@ -166,9 +219,16 @@ class UCB1(Selector):
         waiting = [arm for arm, w in enumerate(self.weight) if w == 0]  # no outcome reported yet
         if waiting:  # each arm once first; while outcomes are in flight, the least chosen of them
             return min(waiting, key=self.chosen.__getitem__)
-        log_n = math.log(max(sum(self.weight), 1.0 + 1e-9))
-        index = [s / w + math.sqrt(self.exploration * log_n / w) for s, w in zip(self.reward_sum, self.weight, strict=True)]
+        index = [s / w + self._radius(w) for s, w in zip(self.reward_sum, self.weight, strict=True)]
         return self._best([self.value(a, self.gammas[a] * u) for a, u in enumerate(index)])
+
+    def pessimistic_tokens(self, arm: int) -> float:
+        w = self.weight[arm]
+        return 1.0 + self.gammas[arm] * max(0.0, self.reward_sum[arm] / w - self._radius(w)) if w else 1.0
+
+    def _radius(self, weight: float) -> float:
+        """The confidence radius ``sqrt(c ln n / n_a)`` of an arm with (discounted) ``weight`` pulls."""
+        return math.sqrt(self.exploration * math.log(max(sum(self.weight), 1.0 + 1e-9)) / weight)
 
 
 class ThompsonSampling(Selector):
@@ -188,15 +248,16 @@ class ThompsonSampling(Selector):
     Args:
         seed: seed of the selector's own random generator (host side; generation randomness is untouched).
         discount: in ``(0, 1]``; 1 is plain Thompson sampling.
-        cost_aware: see :class:`Selector`.
+        cost_aware, conservative: see :class:`Selector` (the pessimistic tokens of a step are ``1 + Σ_k l^k``, with
+            ``l`` two standard deviations below the posterior mean of α).
         call_memory: tested draft tokens per arm kept at the start of a call (> 0), or None to keep everything.
         prompt_weight: most tested draft tokens the prompt's agreement counts for per arm (0: the prompt is not
             read; may be changed between calls).
     """
 
     def __init__(self, seed: int = 0, discount: float = 1.0, cost_aware: bool = False,
-                 call_memory: float | None = None, prompt_weight: float = 0.0):
-        super().__init__(cost_aware)
+                 call_memory: float | None = None, prompt_weight: float = 0.0, conservative: float | None = None):
+        super().__init__(cost_aware, conservative)
         self.rng = random.Random(seed)
         self.discount = discount
         self.call_memory = call_memory
@@ -219,6 +280,7 @@ class ThompsonSampling(Selector):
         self.failures[arm] += sum(n < gamma for n in accepted)
 
     def begin_call(self) -> None:
+        super().begin_call()
         if self.call_memory is None:
             return
         for arm in range(self.num_arms):
@@ -242,6 +304,12 @@ class ThompsonSampling(Selector):
         draws = [self.rng.betavariate(1 + a, 1 + b) for a, b in zip(self.successes, self.failures, strict=True)]
         return self._best([self.value(a, expected_accepted(x, self.gammas[a])) for a, x in enumerate(draws)])
 
+    def pessimistic_tokens(self, arm: int) -> float:
+        a, b = 1 + self.successes[arm], 1 + self.failures[arm]  # the Beta posterior of α
+        mean = a / (a + b)
+        low = mean - 2 * math.sqrt(mean * (1 - mean) / (a + b + 1))
+        return 1.0 + expected_accepted(max(0.0, low), self.gammas[arm])
+
 
 class Hedge(Selector):
     """Full-information selection with Hedge (exponential weights; Freund & Schapire 1997), as HedgeSpec
@@ -258,13 +326,14 @@ class Hedge(Selector):
         learning_rate: scale of ``η_t``; larger follows the leader sooner.
         discount: in ``(0, 1]``, multiplies past gains every step (1: plain Hedge).
         seed: seed of the selector's own random generator.
-        cost_aware: see :class:`Selector`.
+        cost_aware, conservative: see :class:`Selector` (a step's pessimistic tokens are its worst case, 1).
     """
 
     full_information = True
 
-    def __init__(self, learning_rate: float = 2.0, discount: float = 1.0, seed: int = 0, cost_aware: bool = False):
-        super().__init__(cost_aware)
+    def __init__(self, learning_rate: float = 2.0, discount: float = 1.0, seed: int = 0, cost_aware: bool = False,
+                 conservative: float | None = None):
+        super().__init__(cost_aware, conservative)
         self.learning_rate = learning_rate
         self.discount = discount
         self.rng = random.Random(seed)

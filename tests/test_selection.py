@@ -1,5 +1,7 @@
 """Selectors on simulated acceptance: the learning ones beat round-robin, the discounted ones follow a shift."""
 
+import random
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -266,8 +268,8 @@ def test_prefill_keeps_the_window_by_a_slice_on_a_split_model(device_map, kept):
 
 
 def test_prompt_weight_set_after_construction_turns_the_prior_on_and_off():
-    """What ``benchmarks.default_selector(True)`` relies on: ``prompt_weight`` may be set after construction; the
-    default does not read the prompt."""
+    """What ``benchmarks.default_selector("prompt prior")`` relies on: ``prompt_weight`` may be set after
+    construction; the default does not read the prompt."""
     selector = SELECTORS["cost_aware_discounted_thompson"]()
     assert not selector.wants_prior
     selector.prompt_weight = 16.0
@@ -329,3 +331,91 @@ def test_prompt_lookup_batched_guesses_equal_one_lookup_per_column(data):
     want = torch.cat([lookup.lookup(tokens, ends + i, 1)[0] for i in range(width)], dim=1)
     got = lookup.predict(DraftContext(None, sequences, None, 5, False), torch.zeros_like(ends), width)
     assert torch.equal(got, want)
+
+
+def _simulated_call(selector, alphas, costs, steps, seed=0):
+    """One call of ``steps`` steps on simulated acceptance (the plain arm last, α 0); returns the arms and, after
+    each step, the call's tokens per row over the tokens plain decoding gives in the same step seconds."""
+    rng = random.Random(seed)
+    selector.ensure(len(alphas), [4] * (len(alphas) - 1) + [0])
+    selector.begin_call()
+    selector.set_costs(costs)
+    arms, ratios, tokens, seconds = [], [], 0, 0.0
+    for _ in range(steps):
+        arm = selector.choose()
+        n = 0
+        while n < selector.gammas[arm] and rng.random() < alphas[arm]:
+            n += 1
+        selector.update(arm, [n], selector.gammas[arm])
+        tokens, seconds = tokens + 1 + n, seconds + costs[arm]
+        arms.append(arm)
+        ratios.append(tokens / (seconds / costs[-1]))
+    return arms, ratios
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.floats(0.05, 0.2), st.lists(st.floats(1.5, 3.0), min_size=1, max_size=4), st.integers(0, 10**6))
+def test_a_conservative_selector_keeps_its_floor_when_no_draft_is_accepted(delta, draft_costs, seed):
+    """Drafts that accept nothing yield their worst case, 1 token a step: every prefix of the call keeps 1 - δ of
+    plain decoding's tokens per calibrated second (the plain arm's cost 1)."""
+    selector = ThompsonSampling(seed=seed, cost_aware=True, conservative=delta)
+    alphas, costs = [0.0] * (len(draft_costs) + 1), [*draft_costs, 1.0]
+    arms, ratios = _simulated_call(selector, alphas, costs, 60, seed)
+    assert min(ratios) >= 1 - delta - 1e-9
+    assert any(arm != len(costs) - 1 for arm in arms)  # it does explore, with what the plain steps saved
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_unguarded_exploration_falls_below_the_floor(seed):
+    """The same call without the guard: exploring three drafts that accept nothing costs more than δ = 0.1."""
+    _, ratios = _simulated_call(ThompsonSampling(seed=seed, cost_aware=True), [0.0] * 4, [2.0, 2.0, 2.0, 1.0], 60)
+    assert min(ratios) < 0.9
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ThompsonSampling(seed=0, cost_aware=True, conservative=0.05),
+    lambda: UCB1(exploration=0.5, cost_aware=True, conservative=0.05),
+])
+def test_a_conservative_selector_still_finds_the_paying_draft(make):
+    """A draft accepting α = 0.9 at twice plain's step cost is found within the call and drafts most of it."""
+    arms, ratios = _simulated_call(make(), [0.2, 0.9, 0.0], [2.0, 2.0, 1.0], 200)
+    assert arms[100:].count(1) > 80
+    assert ratios[-1] > 1.5
+
+
+def test_a_proven_arm_drafts_from_a_calls_first_step():
+    """Evidence kept across calls (call_memory) is a lower confidence bound above the floor: no plain steps first."""
+    selector = ThompsonSampling(seed=0, cost_aware=True, call_memory=8, conservative=0.05)
+    _simulated_call(selector, [0.9, 0.0], [1.5, 1.0], 100)
+    arms, _ = _simulated_call(selector, [0.9, 0.0], [1.5, 1.0], 5, seed=1)
+    assert arms[0] == 0
+
+
+def test_an_unaffordable_choice_falls_to_the_best_affordable_arm():
+    """A costly draft that accepted 6 of 7 is the selection, but too little is known of it to afford it at a call's
+    first step; a cheap draft that accepts little is affordable and worth more than the plain arm: it drafts."""
+    selector = ThompsonSampling(seed=0, cost_aware=True, conservative=0.05)
+    selector.ensure(3, [4, 4, 0])
+    selector.set_costs([2.5, 1.02, 1.0])
+    selector.successes, selector.failures = [6.0, 2.0, 0.0], [1.0, 40.0, 0.0]  # α about 0.78 and 0.07
+    assert selector.select() == 0  # about 3.3 tokens at cost 2.5, against 1.07 at cost 1.02 and plain's 1 at 1
+    assert not selector.affordable(0)
+    assert selector.affordable(1)
+    assert selector.choose() == 1
+
+
+def test_below_the_floor_the_plain_arm_decodes():
+    """A proven draft that stops accepting takes the call below its floor: the plain arm decodes until it recovers."""
+    selector = ThompsonSampling(seed=0, cost_aware=True, conservative=0.05)
+    selector.ensure(2, [4, 0])
+    selector.set_costs([4.0, 1.0])
+    selector.successes, selector.failures = [400.0, 0.0], [10.0, 0.0]  # pessimistic tokens 4.7 for 4 seconds
+    assert selector.choose() == 0
+    selector.update(0, [0], 4)  # 1 token for 4 seconds: below the floor of 0.95 tokens a second
+    assert not selector.affordable(0)
+    assert [selector.choose() for _ in range(3)] == [1, 1, 1]
+
+
+def test_conservative_must_be_a_fraction():
+    with pytest.raises(ValueError, match=r"in \[0, 1\)"):
+        ThompsonSampling(conservative=1.0)
