@@ -96,6 +96,7 @@ def speculative_step(run: Run, arm: int) -> Step:
     commits inside the step). State is updated in place, so a captured step replays correctly."""
     source, gamma = run.arms[arm]
     drafts, draft_scores = run.sources[source].propose(run.ctx, gamma)  # [B, γ], [B, γ, V] | None
+    gamma = drafts.shape[1]  # fewer where the source drafted fewer (DraftContext.fewer_drafts)
     others = [other for other in run.sources[:source] + run.sources[source + 1 :] if other.keeps_current]
     join = fork(run.side_stream if others else None, lambda: [other.keep_current(run.ctx, gamma) for other in others])
     logits = run.target.verify_forward(run.columns, gamma).to(drafts.device)  # [B, γ+1, V]
@@ -238,7 +239,8 @@ def speculative_decode(
         target=target,
         sources=sources,
         arms=arms,
-        ctx=DraftContext(columns, sequences, process_draft, vocab_size, generation_config.do_sample),
+        ctx=DraftContext(columns, sequences, process_draft, vocab_size, generation_config.do_sample,
+                         fewer_drafts=not isinstance(backend, StaticBackend)),
         processing=processing,
         stopping=stopping,
         reports=StepReports(selector, stats, sequences, device),

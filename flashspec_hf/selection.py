@@ -150,11 +150,13 @@ class Selector(ABC):
         Args:
             arm: the arm that drafted.
             accepted: accepted draft tokens of each row still generating (each in ``[0, γ]``).
-            gamma: draft tokens of the step (γ; 0 for the plain-decoding arm).
+            gamma: draft tokens of the step (γ; 0 for the plain-decoding arm, and for a step whose source drafted
+                nothing, e.g. prompt lookup without a match: no evidence of the arm's acceptance).
         """
         self.pulls[arm] += 1
         self.call_tokens += sum(accepted) / max(len(accepted), 1)  # the step's 1 was counted by choose
-        self.observe(arm, sum(accepted) / (gamma * max(len(accepted), 1)) if gamma else 0.0)
+        if gamma or not self.gammas[arm]:
+            self.observe(arm, sum(accepted) / (gamma * max(len(accepted), 1)) if gamma else 0.0)
 
     def observe(self, arm: int, reward: float) -> None:
         """Hook for selectors that keep their own reward statistics; ``reward`` = accepted / drafted in ``[0, 1]``

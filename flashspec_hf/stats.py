@@ -32,6 +32,7 @@ class FlashSpecStats:
     step_arms: list[int] = field(default_factory=list)
     step_accepted: list[list[int]] = field(default_factory=list)
     step_seconds: list[float] = field(default_factory=list)
+    step_gammas: list[int] = field(default_factory=list)
     new_tokens: int = 0
     seconds: float = 0.0
     setup_seconds: float = 0.0
@@ -41,8 +42,10 @@ class FlashSpecStats:
         if self.arm_gammas is None:
             self.arm_gammas = [self.num_assistant_tokens] * len(self.arm_names)
 
-    def record(self, arm: int, accepted: list[int], seconds: float | None = None) -> None:
-        """Add one step: the arm that drafted, each active row's accepted draft tokens, the step's seconds."""
+    def record(self, arm: int, accepted: list[int], seconds: float | None = None, gamma: int | None = None) -> None:
+        """Add one step: the arm that drafted, each active row's accepted draft tokens, the step's seconds and its
+        draft tokens (None: the arm's γ; fewer when its source drafted fewer, e.g. prompt lookup without a match)."""
+        self.step_gammas.append(self.arm_gammas[arm] if gamma is None else gamma)
         self.step_arms.append(arm)
         self.step_accepted.append(accepted)
         if seconds is not None:
@@ -65,9 +68,9 @@ class FlashSpecStats:
         first rejected one (if any); the maximum-likelihood per-token acceptance rate. NaN-free: unused arms
         are left out."""
         acc, tested = [0] * len(self.arm_names), [0] * len(self.arm_names)
-        for arm, step in zip(self.step_arms, self.step_accepted, strict=True):
+        for arm, step, gamma in zip(self.step_arms, self.step_accepted, self.step_gammas, strict=True):
             acc[arm] += sum(step)
-            tested[arm] += sum(step) + sum(n < self.arm_gammas[arm] for n in step)
+            tested[arm] += sum(step) + sum(n < gamma for n in step)
         return {name: acc[i] / tested[i] for i, name in enumerate(self.arm_names) if tested[i]}
 
     @property

@@ -47,8 +47,9 @@ def test_first_divergence_reports_the_margin():
 def test_summarize_groups_by_domain():
     base = dict(plain_new_tokens=10, plain_seconds=1.0, flash_new_tokens=10, flash_seconds=0.5, identical=True,
                 divergence=None, steps=2, arm_names=["a", "b"], gamma=4)
-    rows = summarize([{**base, "domain": "chat", "accepted": [4, 0], "arms": [0, 1]},
-                      {**base, "domain": "code", "accepted": [2], "arms": [1]}])
+    rows = summarize([{**base, "domain": "chat", "accepted": [4, 0, 0], "arms": [0, 1, 1], "step_gammas": [4, 4, 0]},
+                      {**base, "domain": "code", "accepted": [2], "arms": [1], "step_gammas": [4]}])
     by = {r["domain"]: r for r in rows}
-    assert by["chat"]["speedup"] == 2.0 and by["chat"]["tau"] == 3.0
+    assert by["chat"]["speedup"] == 2.0 and by["chat"]["tau"] == 7 / 3
+    # b's step that drafted nothing (prompt lookup without a match) tests no draft token
     assert by["all"]["alpha"] == {"a": 1.0, "b": 2 / 4} and by["code"]["arm_share"] == {"a": 0.0, "b": 1.0}

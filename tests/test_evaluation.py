@@ -154,7 +154,7 @@ def test_writes_are_atomic(tmp_path, monkeypatch):
                 "plain_seconds": 1.0, "flash_new_tokens": 4, "flash_seconds": 0.5, "plain_tok_s": 4.0,
                 "flash_tok_s": 8.0, "speedup": 2.0, "tau": 2.0, "alpha": {"a": 0.5}, "arm_share": {"a": 1.0},
                 "identical": True, "divergence": None, "steps": 2, "accepted": [1, 1], "arms": [0, 0],
-                "arm_names": ["a"], "gamma": 4}]
+                "step_gammas": [4, 4], "arm_names": ["a"], "gamma": 4}]
     setup = {"target": "t", "device": "cpu", "dtype": "float32", "num_assistant_tokens": 4, "selector": "fixed",
              "max_new_tokens": 4, "do_sample": False, "torch": "x", "transformers": "y"}
     report = Evaluation(setup, summarize(results), results)
@@ -182,7 +182,7 @@ def test_writes_are_atomic(tmp_path, monkeypatch):
 
 def test_markdown_lists_greedy_divergences():
     base = dict(plain_new_tokens=8, plain_seconds=1.0, flash_new_tokens=8, flash_seconds=1.0, steps=2,
-                arm_names=["a"], gamma=4, accepted=[3, 3], arms=[0, 0], domain="code")
+                arm_names=["a"], gamma=4, accepted=[3, 3], arms=[0, 0], step_gammas=[4, 4], domain="code")
     prompts = [{**base, "index": 0, "identical": True, "divergence": None},
                {**base, "index": 1, "identical": False, "divergence": {"position": 5, "margin": 0.0625}},
                {**base, "index": 2, "identical": False, "divergence": None, "flash_new_tokens": 6}]
@@ -272,7 +272,8 @@ def test_cli_on_the_real_target_with_builtin_prompts(tmp_path, capsys):
 def test_summary_alpha_uses_each_arms_own_gamma():
     """An arm with γ = 2 that accepted both drafts tested 2 tokens, not the largest γ's 4."""
     row = dict(domain="d", plain_new_tokens=6, plain_seconds=1.0, flash_new_tokens=6, flash_seconds=1.0,
-               identical=True, arms=[0, 1], accepted=[2, 4], arm_names=["a@2", "a@4"], gamma=4, arm_gammas=[2, 4])
+               identical=True, arms=[0, 1], accepted=[2, 4], arm_names=["a@2", "a@4"], gamma=4, arm_gammas=[2, 4],
+               step_gammas=[2, 4])
     (summary, _) = summarize([row])
     assert summary["alpha"] == {"a@2": 1.0, "a@4": 1.0}
 

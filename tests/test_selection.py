@@ -419,3 +419,31 @@ def test_below_the_floor_the_plain_arm_decodes():
 def test_conservative_must_be_a_fraction():
     with pytest.raises(ValueError, match=r"in \[0, 1\)"):
         ThompsonSampling(conservative=1.0)
+
+
+@pytest.mark.parametrize("cache_implementation", ["dynamic", "static"])
+def test_prompt_lookup_without_a_match_decodes_a_plain_step(target, cache_implementation):
+    """The dynamic backend turns a lookup step where no row has a match into a plain step: one target column, and
+    no draft token tested for α; the static backend's steps keep their shapes (the last token repeated). Greedy
+    output equals stock's either way."""
+    from flashspec_hf import FixedArm
+
+    ids, mask = left_padded([[5, 6, 7, 8, 9, 10]])  # distinct tokens: nothing to match at the first step
+    widths = []
+    hook = target.register_forward_pre_hook(lambda _, args, kwargs: widths.append(kwargs["input_ids"].shape[1]),
+                                            with_kwargs=True)
+    try:
+        want = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=10)
+        stock, widths[:] = list(widths), []
+        out = target.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=10, flashspec=True,
+                              assistant_models=[PromptLookup()], selector=FixedArm(0),
+                              cache_implementation=cache_implementation)
+    finally:
+        hook.remove()
+    assert torch.equal(out, want)
+    stats = target.flashspec_stats
+    if cache_implementation == "dynamic":  # this output never repeats a token: every step is plain, as stock's
+        assert stats.step_gammas == [0] * 10 and widths == stock == [6] + [1] * 9
+        assert "prompt_lookup" not in stats.alpha  # no draft token tested
+    else:
+        assert set(stats.step_gammas) == {4}

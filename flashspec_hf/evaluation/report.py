@@ -96,6 +96,7 @@ def merged_stats(results: list[dict]) -> FlashSpecStats:
         results[0].get("arm_gammas"),
         step_arms=[a for r in results for a in r["arms"]],
         step_accepted=[[n] for r in results for n in r["accepted"]],
+        step_gammas=[g for r in results for g in r["step_gammas"]],
     )
 
 

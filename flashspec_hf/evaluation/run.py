@@ -92,6 +92,7 @@ def compare_on_prompts(
                 "steps": stats.steps,
                 "accepted": [step[0] for step in stats.step_accepted],
                 "arms": stats.step_arms,
+                "step_gammas": stats.step_gammas,
                 "arm_names": stats.arm_names,
                 "gamma": stats.num_assistant_tokens,
                 "arm_gammas": stats.arm_gammas,
@@ -143,6 +144,7 @@ def acceptance(
         )
         merged.step_arms += target.flashspec_stats.step_arms
         merged.step_accepted += target.flashspec_stats.step_accepted
+        merged.step_gammas += target.flashspec_stats.step_gammas
     return {"tau": merged.tau, "alpha": merged.alpha.get("assistant", 0.0), "steps": merged.steps}
 
 
