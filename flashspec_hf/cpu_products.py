@@ -118,7 +118,8 @@ def packed_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
 def few_row_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """``layer(x)`` for ``x`` ``[..., K]`` (``[..., N]`` out, the layer's dtype): :func:`packed_linear` for float32
     inputs of 2 to :data:`MAX_ROWS` rows and ``K`` the layer's ``in_features``, outside autograd (no gradient
-    recorded for ``x`` or the weight) and CPU autocast; else ``torch.nn.functional.linear``.
+    recorded for ``x`` or the weight), CPU autocast and compilation (inductor lowers ``linear`` itself and cannot
+    lower the packed product); else ``torch.nn.functional.linear``.
 
     Raises:
         RuntimeError: as ``linear`` does, for an input whose last dimension or dtype does not match the weight's.
@@ -127,7 +128,7 @@ def few_row_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     if 2 <= rows <= MAX_ROWS and x.shape[-1] == layer.in_features and x.dtype == torch.float32:  # cheap tests first
         recorded = torch.is_grad_enabled() and (x.requires_grad or layer.weight.requires_grad
                                                 or (layer.bias is not None and layer.bias.requires_grad))
-        if not recorded and not torch.is_autocast_enabled("cpu"):
+        if not recorded and not torch.is_autocast_enabled("cpu") and not torch.compiler.is_compiling():
             return packed_linear(layer, x)
     return torch.nn.functional.linear(x, layer.weight, layer.bias)
 

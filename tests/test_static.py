@@ -386,11 +386,14 @@ def test_joint_distribution_with_early_exit_drafts_in_the_targets_cache(monkeypa
     assert _p_value(counts, _exact(target, _warpers(1.0, 0, 1.0))) > ALPHA
 
 
-def test_a_second_static_call_compiles_nothing(monkeypatch):
+@pytest.mark.parametrize("few_row_products", ["0", "1"])
+def test_a_second_static_call_compiles_nothing(monkeypatch, few_row_products):
     """With compiled forwards and capacities rounded as on CUDA (CUDA's static loop, here on the CPU without graphs),
     every graph a set-up needs is compiled in its first call: prefills of the target and of a draft model with a
     cache of its own, early-exit and draft-model steps. A later call with longer prompts in the same prefill bucket
-    compiles nothing (a compile there costs a user tens of seconds on the H200)."""
+    compiles nothing (a compile there costs a user tens of seconds on the H200). With the CPU's few-row products on
+    or off: compiled forwards keep stock's ``linear``, which inductor lowers (it cannot lower MKL's packed one)."""
+    monkeypatch.setenv("FLASHSPEC_FEW_ROW_PRODUCTS", few_row_products)
     from torch._dynamo.utils import counters
 
     import flashspec_hf.backends
