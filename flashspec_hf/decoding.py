@@ -2,7 +2,8 @@
 
 A step, for a batch of ``B`` rows with ragged acceptance (vocabulary in :mod:`flashspec_hf`):
 
-1. draft: the step's arm (chosen before, from past steps only) drafts ``[B, γ]`` tokens into the columns;
+1. draft: the step's arm (chosen before, from past steps only) drafts ``[B, γ]`` tokens into the columns (on the
+   dynamic backend, prompt lookup drafts none where no row has a match: the step's γ is then 0);
 2. target forward over the pending column and the drafts: logits ``[B, γ + 1, V]``;
 3. generate's processors, position by position (:mod:`flashspec_hf.processing`): target scores;
 4. verify (:mod:`flashspec_hf.verification`): accepted tokens, then one recovered or bonus token per row;
@@ -10,7 +11,8 @@ A step, for a batch of ``B`` rows with ragged acceptance (vocabulary in :mod:`fl
 6. commit: the emitted tokens join the sequences, the verified block joins the columns (the backend decides how);
 7. report: the step's counts go to the host for the selector and the statistics (:mod:`flashspec_hf.reports`).
 
-Nothing in a step waits for the device; the backend decides when reports are read (at once, or a few steps late).
+Nothing in a captured (static) step waits for the device; the backend decides when reports are read (at once, or a
+few steps late).
 """
 
 from __future__ import annotations
@@ -146,7 +148,7 @@ def _host_features(run: Run, step: Step, streamer, host_groups: bool) -> None:
     selector = run.reports.selector
     if selector.full_information:
         successes, trials = score_arms(
-            run.sources, run.arms, step.arm, run.ctx, step.output, step.num_accepted, ~step.was_finished,
+            run.sources, run.arms, step.arm, step.gamma, run.ctx, step.output, step.num_accepted, ~step.was_finished,
             step.num_new_before, max(report.accepted),
         )
         selector.update_all(successes, trials)

@@ -57,11 +57,12 @@ class DraftSource(ABC):
 
     @abstractmethod
     def propose(self, ctx: DraftContext, gamma: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """γ draft tokens after every row, also written to ``ctx.columns`` at ``[T, T + γ)``.
+        """γ draft tokens after every row (fewer, down to none, only where :attr:`DraftContext.fewer_drafts`), also
+        written to ``ctx.columns`` at ``[T, T + γ)``.
 
         Returns:
             draft tokens int64 ``[B, γ]`` and the draft scores ``q`` float32 ``[B, γ, V]`` they were sampled from
-            (None when greedy: verification then compares tokens only).
+            (None when greedy: verification then compares tokens only); the step's γ is their width.
         """
 
     @abstractmethod
@@ -338,6 +339,7 @@ def score_arms(
     sources: list[DraftSource],
     arms: list[tuple[int, int]],
     drafting_arm: int,
+    drafted: int,
     ctx: DraftContext,
     output: torch.Tensor,
     num_accepted: torch.Tensor,
@@ -351,7 +353,7 @@ def score_arms(
     Row ``b`` verified positions ``0 … n_b`` (``n_b`` accepted drafts, then the recovered or bonus token); an arm of
     length ``γ_a`` is tested on the first ``w_b = min(n_b + 1, γ_a)`` of them: its leading agreement ``k_b`` are
     successes, plus one failure if ``k_b < w_b``, the censoring of a drafted step. The drafting arm reports its
-    actual acceptance.
+    actual acceptance over the ``drafted`` tokens its source proposed (none, for prompt lookup without a match).
 
     Args:
         output: int64 ``[B, γ + 1]`` the step's verified tokens; num_accepted: int64 ``[B]``.
@@ -360,12 +362,12 @@ def score_arms(
     """
     width = max_accepted + 1
     output = output[:, :width]  # [B, m + 1]
-    drafting_source, drafting_gamma = arms[drafting_arm]
+    drafting_source = arms[drafting_arm][0]
     pos = torch.arange(width, device=output.device)  # [m + 1]
     predictions = {}  # source -> int64 [B, m + 1] greedy predictions
     counts = []  # per arm: (successes, trials), device scalars
     for source, gamma in arms:
-        known = drafting_gamma if source == drafting_source else width  # positions the source has predicted
+        known = drafted if source == drafting_source else width  # positions the source has predicted
         window = (num_accepted + 1).clamp(max=min(gamma, known))  # [B]
         if source == drafting_source:  # its drafts matched the first n_b tokens, then were rejected
             agree = num_accepted.minimum(window)
@@ -410,7 +412,8 @@ def prompt_agreement(
     (:func:`~flashspec_hf.data.builtin_prompts`; SmolLM2-135M, its three bundled drafts, last 32 prompt columns), it
     was 0.68 / 0.22 / 0.64 on chat and 0.13 / 0.62 / 0.56 on code against α of 0.66 / 0.20 / 0.59 and 0.11 / 0.62
     / 0.54 in generation (``model_cards/smollm2-135m-pool.md``); prompt lookup's is lower than in generation (0.25 /
-    0.38 against 0.42 / 0.61), where answers copy the prompt.
+    0.38 against 0.42 / 0.61, α then counting a step without a match as a rejection), where answers copy the
+    prompt.
 
     Args:
         target: the target's runner, prefilled with ``window`` (its ``prompt_argmax`` int64 ``[B, W]``).

@@ -23,8 +23,8 @@ from .stats import FlashSpecStats
 
 @dataclass
 class Report:
-    """One step as the host reads it: the arm, its γ, per row the accepted draft tokens, the emitted tokens,
-    whether the row was finished before the step and after it, and the step time (s)."""
+    """One step as the host reads it: the arm, the step's γ (its drafted tokens), per row the accepted draft tokens,
+    the emitted tokens, whether the row was finished before the step and after it, and the step time (s)."""
 
     arm: int
     gamma: int

@@ -47,7 +47,7 @@ class Selector(ABC):
     Args:
         cost_aware: value arms by expected tokens per second of step time instead of tokens per step.
         conservative: δ in ``[0, 1)``, or None: with ``cost_aware``, a step may draft with the selected arm only if,
-            with that arm's pessimistic tokens per step (:meth:`pessimistic_tokens`), the call would still have
+            with that arm's pessimistic tokens per step (1 + :meth:`pessimistic_accepted`), the call would still have
             produced ``1 - δ`` of the tokens plain decoding produces in the same calibrated step seconds; otherwise
             the plain arm decodes the step (Wu et al. 2016, "Conservative Bandits", with plain decoding as the
             baseline, whose value the calibration gives exactly).
@@ -97,6 +97,8 @@ class Selector(ABC):
         next prompt's domain may differ."""
         self.call_tokens = 0.0  # tokens per row the call's steps gave (1 per step whose outcome is in flight)
         self.call_seconds = 0.0  # calibrated step seconds of the call's steps
+        self.empty = [0] * self.num_arms  # the call's reported steps per arm that drafted nothing (no lookup match)
+        self.reported = [0] * self.num_arms  # the call's reported steps per arm
 
     @abstractmethod
     def select(self) -> int:
@@ -112,9 +114,10 @@ class Selector(ABC):
         call this). The static loop reads outcomes a few steps late, so ``pulls`` lags behind the choices made.
 
         A conservative selector replaces its selection by the plain arm when the call cannot afford it: when
-        ``tokens + pessimistic_tokens(arm) < (1 - δ) (seconds + cost(arm)) / cost(plain)``, ``tokens`` being the
-        call's tokens per row so far (a step still in flight counted as 1, its worst case) and ``seconds`` its
-        calibrated step seconds. Every step then keeps the call at ``1 - δ`` of plain decoding or above, unless an
+        ``tokens + 1 + p · pessimistic_accepted(arm) < (1 - δ) (seconds + cost(arm)) / cost(plain)``, ``tokens``
+        being the call's tokens per row so far (a step still in flight counted as 1, its worst case), ``seconds`` its
+        calibrated step seconds (a step that drafted nothing counted as a plain one) and ``p`` the arm's
+        :meth:`drafting_rate`. Every step then keeps the call at ``1 - δ`` of plain decoding or above, unless an
         arm yields less than its pessimistic estimate; the plain arm's steps add ``δ`` tokens of slack each, which
         is what exploration spends. Selectors that pick the arm of largest value (UCB1, Thompson sampling) pick
         among the arms the call can afford instead; the others fall back to the plain arm."""
@@ -137,12 +140,18 @@ class Selector(ABC):
         if self.conservative is None or not self.cost_aware or self.plain is None or arm == self.plain:
             return True
         keep = (1.0 - self.conservative) / self.costs[self.plain]  # tokens per second of step time to keep
-        return self.call_tokens + self.pessimistic_tokens(arm) >= keep * (self.call_seconds + self.costs[arm])
+        tokens = 1.0 + self.drafting_rate(arm) * self.pessimistic_accepted(arm)
+        return self.call_tokens + tokens >= keep * (self.call_seconds + self.costs[arm])
 
-    def pessimistic_tokens(self, arm: int) -> float:
-        """Tokens per row a step of ``arm`` yields at worst, as far as the selector can tell: 1 (the recovered or
-        bonus token alone) unless a selector's statistics give a lower confidence bound."""
-        return 1.0
+    def pessimistic_accepted(self, arm: int) -> float:
+        """Accepted tokens per row of a step of ``arm`` that drafts, at worst as far as the selector can tell: 0
+        unless a selector's statistics give a lower confidence bound."""
+        return 0.0
+
+    def drafting_rate(self, arm: int) -> float:
+        """The share of the call's steps of ``arm`` that drafted, ``(drafted + 1) / (reported + 1)``: 1 for an arm
+        that always drafts; below 1 for prompt lookup once it found no match (its step was then a plain one)."""
+        return (self.reported[arm] - self.empty[arm] + 1) / (self.reported[arm] + 1)
 
     def update(self, arm: int, accepted: list[int], gamma: int) -> None:
         """Record one step.
@@ -154,9 +163,13 @@ class Selector(ABC):
                 nothing, e.g. prompt lookup without a match: no evidence of the arm's acceptance).
         """
         self.pulls[arm] += 1
+        self.reported[arm] += 1
         self.call_tokens += sum(accepted) / max(len(accepted), 1)  # the step's 1 was counted by choose
         if gamma or not self.gammas[arm]:
             self.observe(arm, sum(accepted) / (gamma * max(len(accepted), 1)) if gamma else 0.0)
+        else:  # a plain step: choose charged the arm's cost
+            self.empty[arm] += 1
+            self.call_seconds -= self.costs[arm] - self.costs[self.plain if self.plain is not None else arm]
 
     def observe(self, arm: int, reward: float) -> None:
         """Hook for selectors that keep their own reward statistics; ``reward`` = accepted / drafted in ``[0, 1]``
@@ -175,8 +188,11 @@ class Selector(ABC):
         return self.costs[arm] if self.cost_aware else 1.0
 
     def value(self, arm: int, accepted: float) -> float:
-        """Tokens per step ``1 + accepted`` (per second of step time when cost-aware) of ``arm``."""
-        return (1.0 + accepted) / self.step_cost(arm)
+        """Tokens per step ``1 + p · accepted`` of ``arm`` (per second of step time ``p c_a + (1 - p) c_plain`` when
+        cost-aware), ``p`` its :meth:`drafting_rate`: a step that drafts nothing is a plain one."""
+        p = self.drafting_rate(arm)
+        plain = self.step_cost(self.plain) if self.plain is not None else self.step_cost(arm)
+        return (1.0 + p * accepted) / (p * self.step_cost(arm) + (1 - p) * plain)
 
     def _best(self, values: list[float]) -> int:
         """The arm of largest value among those :meth:`choose` allows (all, unless it restricts them)."""
@@ -196,7 +212,7 @@ class UCB1(Selector):
     Args:
         exploration: ``c``; 2 is the constant of UCB1's regret bound.
         discount: in ``(0, 1]``; 1 is plain UCB1.
-        cost_aware, conservative: see :class:`Selector` (the pessimistic tokens of a step are ``1 + γ l_a``, with
+        cost_aware, conservative: see :class:`Selector` (the pessimistic accepted tokens of a step are ``γ l_a``, with
             the lower confidence bound ``l_a = mean_a - sqrt(c ln n / n_a)``, as conservative UCB has it).
     """
 
@@ -218,19 +234,21 @@ class UCB1(Selector):
         self.weight[arm] += 1.0
 
     def select(self) -> int:
-        waiting = [arm for arm, w in enumerate(self.weight) if w == 0]  # no outcome reported yet
+        waiting = [a for a in range(self.num_arms) if not self.pulls[a] and (self.allowed is None or self.allowed[a])]
         if waiting:  # each arm once first; while outcomes are in flight, the least chosen of them
             return min(waiting, key=self.chosen.__getitem__)
-        index = [s / w + self._radius(w) for s, w in zip(self.reward_sum, self.weight, strict=True)]
+        # an arm whose steps never drafted (prompt lookup without a match) has no reward yet: the optimistic 1
+        index = [s / w + self._radius(w) if w else 1.0 for s, w in zip(self.reward_sum, self.weight, strict=True)]
         return self._best([self.value(a, self.gammas[a] * u) for a, u in enumerate(index)])
 
-    def pessimistic_tokens(self, arm: int) -> float:
+    def pessimistic_accepted(self, arm: int) -> float:
         w = self.weight[arm]
-        return 1.0 + self.gammas[arm] * max(0.0, self.reward_sum[arm] / w - self._radius(w)) if w else 1.0
+        return self.gammas[arm] * max(0.0, self.reward_sum[arm] / w - self._radius(w)) if w else 0.0
 
     def _radius(self, weight: float) -> float:
-        """The confidence radius ``sqrt(c ln n / n_a)`` of an arm with (discounted) ``weight`` pulls."""
-        return math.sqrt(self.exploration * math.log(max(sum(self.weight), 1.0 + 1e-9)) / weight)
+        """The confidence radius ``sqrt(c ln n / n_a)`` of an arm with (discounted) ``weight`` pulls (``n`` at least
+        2, so that one pull is not taken for certainty)."""
+        return math.sqrt(self.exploration * math.log(max(sum(self.weight), 2.0)) / weight)
 
 
 class ThompsonSampling(Selector):
@@ -250,7 +268,7 @@ class ThompsonSampling(Selector):
     Args:
         seed: seed of the selector's own random generator (host side; generation randomness is untouched).
         discount: in ``(0, 1]``; 1 is plain Thompson sampling.
-        cost_aware, conservative: see :class:`Selector` (the pessimistic tokens of a step are ``1 + Σ_k l^k``, with
+        cost_aware, conservative: see :class:`Selector` (the pessimistic accepted tokens of a step are ``Σ_k l^k``, with
             ``l`` two standard deviations below the posterior mean of α).
         call_memory: tested draft tokens per arm kept at the start of a call (> 0), or None to keep everything.
         prompt_weight: most tested draft tokens the prompt's agreement counts for per arm (0: the prompt is not
@@ -306,11 +324,11 @@ class ThompsonSampling(Selector):
         draws = [self.rng.betavariate(1 + a, 1 + b) for a, b in zip(self.successes, self.failures, strict=True)]
         return self._best([self.value(a, expected_accepted(x, self.gammas[a])) for a, x in enumerate(draws)])
 
-    def pessimistic_tokens(self, arm: int) -> float:
+    def pessimistic_accepted(self, arm: int) -> float:
         a, b = 1 + self.successes[arm], 1 + self.failures[arm]  # the Beta posterior of α
         mean = a / (a + b)
         low = mean - 2 * math.sqrt(mean * (1 - mean) / (a + b + 1))
-        return 1.0 + expected_accepted(max(0.0, low), self.gammas[arm])
+        return expected_accepted(max(0.0, low), self.gammas[arm])
 
 
 class Hedge(Selector):
@@ -328,7 +346,7 @@ class Hedge(Selector):
         learning_rate: scale of ``η_t``; larger follows the leader sooner.
         discount: in ``(0, 1]``, multiplies past gains every step (1: plain Hedge).
         seed: seed of the selector's own random generator.
-        cost_aware, conservative: see :class:`Selector` (a step's pessimistic tokens are its worst case, 1).
+        cost_aware, conservative: see :class:`Selector` (a step's pessimistic accepted tokens are its worst case, 0).
     """
 
     full_information = True

@@ -17,6 +17,8 @@ class FlashSpecStats:
         step_arms: per step, the index of the arm that drafted it.
         step_accepted: per step, the accepted draft tokens of each row still generating at that step.
         step_seconds: wall time of each step (s), measured between the loop's per-step synchronisations.
+        step_gammas: per step, its draft tokens: the arm's γ, or fewer where its source drafted fewer (0: prompt
+            lookup without a match, a plain step).
         new_tokens: tokens generated, all rows together.
         seconds: wall time of the call inside ``generate`` (s), setup included.
         setup_seconds: of ``seconds``, the time before the first step (s): caches, the prefills (on CUDA compiled,
@@ -53,7 +55,7 @@ class FlashSpecStats:
 
     @property
     def steps(self) -> int:
-        """Speculative steps (one draft + one target verification each)."""
+        """Steps (one draft, possibly empty, + one target verification each)."""
         return len(self.step_arms)
 
     @property

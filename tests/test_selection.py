@@ -447,3 +447,51 @@ def test_prompt_lookup_without_a_match_decodes_a_plain_step(target, cache_implem
         assert "prompt_lookup" not in stats.alpha  # no draft token tested
     else:
         assert set(stats.step_gammas) == {4}
+
+
+def test_sampling_through_empty_lookup_steps_equals_the_plain_arm(target):
+    """A lookup step without a match is a plain step in sampling too: with the same seed, the same tokens as the
+    plain-decoding arm's (one-hot scores of no draft, then the bonus token drawn from the target's distribution)."""
+    from flashspec_hf import FixedArm
+
+    class PlainOnly(ThompsonSampling):
+        def select(self) -> int:
+            return self.gammas.index(0)
+
+    ids, mask = left_padded([[5, 6, 7, 8, 9, 10]])
+    kw = dict(attention_mask=mask, do_sample=True, max_new_tokens=4, flashspec=True, assistant_models=[PromptLookup()])
+    torch.manual_seed(3)
+    lookup = target.generate(ids, selector=FixedArm(0), **kw)
+    assert target.flashspec_stats.step_gammas == [0] * 4
+    torch.manual_seed(3)
+    assert torch.equal(target.generate(ids, selector=PlainOnly(cost_aware=True), **kw), lookup)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: ThompsonSampling(seed=0, cost_aware=True),
+    lambda: UCB1(exploration=0.5, cost_aware=True),
+])
+def test_an_arm_whose_steps_draft_nothing_is_worth_a_plain_step(make):
+    """Prompt lookup that never matches (every step reported with γ 0) is valued as the plain step it runs: the
+    selector still finds the draft that pays (UCB1 once waited on such an arm forever), and an empty step costs the
+    call plain's seconds."""
+    selector = make()
+    selector.ensure(3, [4, 4, 0])
+    selector.begin_call()
+    selector.set_costs([1.2, 2.0, 1.0])  # lookup, a draft model, plain
+    rng, arms = random.Random(0), []
+    for _ in range(200):
+        arm = selector.choose()
+        seconds = selector.call_seconds
+        if arm == 0:
+            selector.update(0, [0], 0)
+            assert selector.call_seconds == pytest.approx(seconds - 0.2)  # charged 1.2, a plain step's 1.0 kept
+        else:
+            gamma = selector.gammas[arm]
+            n = 0
+            while n < gamma and rng.random() < 0.8:
+                n += 1
+            selector.update(arm, [n], gamma)
+        arms.append(arm)
+    assert arms[100:].count(1) > 80
+    assert selector.drafting_rate(0) < 0.5 and selector.drafting_rate(1) == 1.0

@@ -60,7 +60,8 @@ def compare_on_prompts(
         One dict per prompt: ``domain``, ``prompt_tokens``, ``new_tokens`` (tokens) and ``seconds`` (wall
         seconds) of each engine (``plain_*``, ``flash_*``), ``identical`` (bool), ``divergence`` (see
         :func:`first_divergence`; None when sampling), ``steps``, ``accepted`` (accepted draft tokens per step),
-        ``arms`` (arm per step), ``arm_names``, ``gamma``, ``arm_gammas`` (γ per arm).
+        ``arms`` (arm per step), ``step_gammas`` (draft tokens per step), ``arm_names``, ``gamma``, ``arm_gammas``
+        (γ per arm).
     """
     flash_only = {"num_assistant_tokens", "selector"}
     sampled = bool(generate_kwargs.get("do_sample"))  # outputs differ by chance: no divergence to explain
