@@ -46,11 +46,14 @@ class Selector(ABC):
 
     Args:
         cost_aware: value arms by expected tokens per second of step time instead of tokens per step.
-        conservative: δ in ``[0, 1)``, or None: with ``cost_aware``, a step may draft with the selected arm only if,
+        conservative: δ in ``[0, 1)``, or None; needs ``cost_aware``: a step may draft with the selected arm only if,
             with that arm's pessimistic tokens per step (1 + :meth:`pessimistic_accepted`), the call would still have
             produced ``1 - δ`` of the tokens plain decoding produces in the same calibrated step seconds; otherwise
-            the plain arm decodes the step (Wu et al. 2016, "Conservative Bandits", with plain decoding as the
-            baseline, whose value the calibration gives exactly).
+            the best affordable arm, or the plain arm, decodes the step (Wu et al. 2016, "Conservative Bandits",
+            with plain decoding as the baseline, whose value the calibration gives exactly).
+
+    Raises:
+        ValueError: ``conservative`` outside ``[0, 1)``, or given without ``cost_aware``.
     """
 
     num_arms: int = 0
@@ -66,6 +69,9 @@ class Selector(ABC):
         if conservative is not None and not 0 <= conservative < 1:
             raise ValueError(f"conservative is the fraction δ of plain decoding's speed a call may risk, in [0, 1); "
                              f"got {conservative}")
+        if conservative is not None and not cost_aware:
+            raise ValueError("conservative needs cost_aware=True: the guard compares the arms' calibrated step times "
+                             "with plain decoding's")
         self.cost_aware = cost_aware
         self.conservative = conservative
         self.allowed: list[bool] | None = None  # the arms _best may pick (None: all); set by choose

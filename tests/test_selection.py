@@ -416,9 +416,11 @@ def test_below_the_floor_the_plain_arm_decodes():
     assert [selector.choose() for _ in range(3)] == [1, 1, 1]
 
 
-def test_conservative_must_be_a_fraction():
+def test_conservative_must_be_a_fraction_of_a_cost_aware_selector():
     with pytest.raises(ValueError, match=r"in \[0, 1\)"):
-        ThompsonSampling(conservative=1.0)
+        ThompsonSampling(cost_aware=True, conservative=1.0)
+    with pytest.raises(ValueError, match="needs cost_aware=True"):
+        UCB1(conservative=0.05)
 
 
 @pytest.mark.parametrize("cache_implementation", ["dynamic", "static"])
