@@ -5,8 +5,9 @@ plain-decoding arm) and every fixed arm of that pool, on the same prompts in the
 SmolLM2-135M-Instruct (the bundled GGUF, or ``FLASHSPEC_SMOLLM2_GGUF_DIR``), held-out prompts from a corpus file
 (``{"eval": {domain: [prompt, ...]}}``, draft_release/build_distill_corpus.py), each left-padded or cut to
 ``--prompt-len`` tokens so every call has one shape. Per (domain, engine): tokens/s over the domain's prompts
-(all new tokens / all seconds, after one warm-up call on the first prompt), τ, and the arms' shares for
-``default``. Writes OUT/domain_bench.csv, .png and .env.txt.
+(all new tokens / all seconds, after one warm-up call on the first prompt), τ, the arms' shares, and per arm that
+drafted its median step time as run against its calibrated cost (``step_ms``: ``arm=run/calibrated`` in ms; the
+calibration only for cost-aware selectors). Writes OUT/domain_bench.csv, .png and .env.txt.
 
     python -m benchmarks.domain_bench --corpus corpus.json.gz --out DIR
 """
@@ -15,6 +16,7 @@ import argparse
 import csv
 import gzip
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -26,7 +28,7 @@ from flashspec_hf.models import distilled_assistants, load_target
 
 from . import default_selector
 
-COLUMNS = ["domain", "engine", "prompts", "new_tokens", "seconds", "tok_s", "vs_static", "tau", "shares"]
+COLUMNS = ["domain", "engine", "prompts", "new_tokens", "seconds", "tok_s", "vs_static", "tau", "shares", "step_ms"]
 
 
 def parse_args():
@@ -58,6 +60,17 @@ def engines(assistants: list) -> dict[str, dict]:
     }
 
 
+def step_times(selector, model, seconds: dict[int, list[float]]) -> str:
+    """``arm=run/calibrated`` per arm that drafted: its median step time as run and its calibrated step time (ms;
+    ``-`` where the selector was not cost-aware); empty for stock."""
+    if not seconds:
+        return ""
+    names = model.flashspec_stats.arm_names
+    calibrated = selector.costs if selector is not None and selector.cost_aware else None
+    return ";".join(f"{names[a]}={1000 * statistics.median(s):.2f}/"
+                    + (f"{1000 * calibrated[a]:.2f}" if calibrated else "-") for a, s in sorted(seconds.items()))
+
+
 def timed(model, ids, mask, new_tokens, kwargs) -> tuple[torch.Tensor, float]:
     torch.cuda.synchronize() if ids.is_cuda else None
     start = time.perf_counter()
@@ -85,7 +98,7 @@ def main():
             static_rate = None
             for engine, kwargs in engines(assistants).items():
                 timed(model, enc[0].input_ids, enc[0].attention_mask, args.max_new_tokens, kwargs)  # warm-up
-                new, seconds, steps, emitted, shares = 0, 0.0, 0, 0, {}
+                new, seconds, steps, emitted, shares, step_s = 0, 0.0, 0, 0, {}, {}
                 for e in enc:
                     out, s = timed(model, e.input_ids, e.attention_mask, args.max_new_tokens, kwargs)
                     new += out.shape[1] - e.input_ids.shape[1]
@@ -95,12 +108,15 @@ def main():
                         steps, emitted = steps + stats.steps, emitted + stats.new_tokens
                         for name, share in stats.arm_share.items():
                             shares[name] = shares.get(name, 0.0) + share * stats.steps
+                        for arm, s_ in zip(stats.step_arms, stats.step_seconds):
+                            step_s.setdefault(arm, []).append(s_)
                 rate = new / seconds
                 static_rate = rate if engine == "stock static" else static_rate
                 row = dict(domain=domain, engine=engine, prompts=len(enc), new_tokens=new, seconds=round(seconds, 3),
                            tok_s=round(rate, 1), vs_static=round(rate / static_rate, 3),
                            tau=round(emitted / steps, 3) if steps else 1.0,
-                           shares=";".join(f"{k}={v / steps:.2f}" for k, v in shares.items() if v) if steps else "")
+                           shares=";".join(f"{k}={v / steps:.2f}" for k, v in shares.items() if v) if steps else "",
+                           step_ms=step_times(kwargs.get("selector"), model, step_s))
                 rows.append(row)
                 writer.writerow(row)
                 f.flush()
