@@ -105,5 +105,5 @@ class StepReports:
         active = report.active_accepted
         if active:
             self.selector.update(report.arm, active, report.gamma)
-            self.stats.record(report.arm, active, report.seconds, report.gamma)
+            self.stats.record(report.arm, active, report.gamma, report.seconds)
         self.done = all(report.finished)

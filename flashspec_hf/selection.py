@@ -173,9 +173,10 @@ class Selector(ABC):
         self.call_tokens += sum(accepted) / max(len(accepted), 1)  # the step's 1 was counted by choose
         if gamma or not self.gammas[arm]:
             self.observe(arm, sum(accepted) / (gamma * max(len(accepted), 1)) if gamma else 0.0)
-        else:  # a plain step: choose charged the arm's cost
+        else:  # a plain step, for which choose charged the arm's cost
             self.empty[arm] += 1
-            self.call_seconds -= self.costs[arm] - self.costs[self.plain if self.plain is not None else arm]
+            if self.plain is not None:
+                self.call_seconds -= self.costs[arm] - self.costs[self.plain]
 
     def observe(self, arm: int, reward: float) -> None:
         """Hook for selectors that keep their own reward statistics; ``reward`` = accepted / drafted in ``[0, 1]``
@@ -244,17 +245,18 @@ class UCB1(Selector):
         if waiting:  # each arm once first; while outcomes are in flight, the least chosen of them
             return min(waiting, key=self.chosen.__getitem__)
         # an arm whose steps never drafted (prompt lookup without a match) has no reward yet: the optimistic 1
-        index = [s / w + self._radius(w) if w else 1.0 for s, w in zip(self.reward_sum, self.weight, strict=True)]
+        index = [s / w + r if w else 1.0 for s, w, r in zip(self.reward_sum, self.weight, self._radii(), strict=True)]
         return self._best([self.value(a, self.gammas[a] * u) for a, u in enumerate(index)])
 
     def pessimistic_accepted(self, arm: int) -> float:
         w = self.weight[arm]
-        return self.gammas[arm] * max(0.0, self.reward_sum[arm] / w - self._radius(w)) if w else 0.0
+        return self.gammas[arm] * max(0.0, self.reward_sum[arm] / w - self._radii()[arm]) if w else 0.0
 
-    def _radius(self, weight: float) -> float:
-        """The confidence radius ``sqrt(c ln n / n_a)`` of an arm with (discounted) ``weight`` pulls (``n`` at least
-        2, so that one pull is not taken for certainty)."""
-        return math.sqrt(self.exploration * math.log(max(sum(self.weight), 2.0)) / weight)
+    def _radii(self) -> list[float]:
+        """Each arm's confidence radius ``sqrt(c ln n / n_a)`` from its (discounted) pulls ``n_a`` (``n`` at least
+        2, so that one pull is not taken for certainty; inf for an arm never pulled)."""
+        scale = self.exploration * math.log(max(sum(self.weight), 2.0))
+        return [math.sqrt(scale / w) if w else math.inf for w in self.weight]
 
 
 class ThompsonSampling(Selector):

@@ -44,10 +44,10 @@ class FlashSpecStats:
         if self.arm_gammas is None:
             self.arm_gammas = [self.num_assistant_tokens] * len(self.arm_names)
 
-    def record(self, arm: int, accepted: list[int], seconds: float | None = None, gamma: int | None = None) -> None:
-        """Add one step: the arm that drafted, each active row's accepted draft tokens, the step's seconds and its
-        draft tokens (None: the arm's γ; fewer when its source drafted fewer, e.g. prompt lookup without a match)."""
-        self.step_gammas.append(self.arm_gammas[arm] if gamma is None else gamma)
+    def record(self, arm: int, accepted: list[int], gamma: int, seconds: float | None = None) -> None:
+        """Add one step: the arm that drafted, each active row's accepted draft tokens, the step's draft tokens (the
+        arm's γ, or fewer when its source drafted fewer, e.g. prompt lookup without a match) and its seconds."""
+        self.step_gammas.append(gamma)
         self.step_arms.append(arm)
         self.step_accepted.append(accepted)
         if seconds is not None:

@@ -96,14 +96,8 @@ def merged_stats(results: list[dict]) -> FlashSpecStats:
         results[0].get("arm_gammas"),
         step_arms=[a for r in results for a in r["arms"]],
         step_accepted=[[n] for r in results for n in r["accepted"]],
-        step_gammas=[g for r in results for g in r.get("step_gammas") or _arm_gammas(r, r["arms"])],
+        step_gammas=[g for r in results for g in r["step_gammas"]],
     )
-
-
-def _arm_gammas(row: dict, arms: list[int]) -> list[int]:
-    """Each step's γ as a row written before ``step_gammas`` was recorded has it: its arm's."""
-    gammas = row.get("arm_gammas") or [row["gamma"]] * len(row["arm_names"])
-    return [gammas[a] for a in arms]
 
 
 def markdown_table(summary: list[dict], setup: dict, prompts: list[dict] | None = None) -> str:
