@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 import transformers
-from transformers import LlamaConfig, LlamaForCausalLM, LogitsProcessor, LogitsProcessorList
+from transformers import CompileConfig, LlamaConfig, LlamaForCausalLM, LogitsProcessor, LogitsProcessorList
 from transformers.generation import candidate_generator
 
 import flashspec_hf  # noqa: F401  (adds flashspec=True to generate)
@@ -59,10 +59,12 @@ COLUMNS = ["target", "weights", "dtype", "engine", "batch", "gamma", "prompt_len
            "tok_s_median", "tok_s_min", "tok_s_max", "tau", "alpha", "step_ms_p50", "step_ms_p99", "step_ms_mean",
            "peak_mem_gib", "first_call_s", "call_ms", "setup_ms", "steps_ms", "steps", "match_rate", "acceptance", "note",
            "error"]
-FLASHSPEC = ("fixed", "fixed_eager", "thompson", "default", "fixed_dynamic", "thompson_dynamic")
+FLASHSPEC = ("fixed", "fixed_eager", "thompson", "default", "fixed_dynamic", "thompson_dynamic", "fixed_autotune",
+             "default_autotune")
 # default: what a user gets with the default selector (cost-aware discounted Thompson, with its plain-decoding arm)
 # over the pool plus prompt lookup; *_eager: captured forwards not compiled (disable_compile=True);
-# *_dynamic: cache_implementation="dynamic"
+# *_dynamic: cache_implementation="dynamic"; *_autotune (and static_autotune): compile_config=CompileConfig(
+# mode="max-autotune"), inductor benchmarking its Triton GEMM templates against cuBLAS per shape
 
 
 def parse_args():
@@ -98,7 +100,7 @@ def parse_args():
     if p.parse_args().quick:  # quick defaults; explicit arguments still win
         p.set_defaults(batches="1,2", repeats=1, max_new_tokens=16, prompt_len=16, depths="1,2,3", epsilon=0.3)
     args = p.parse_args()
-    unknown = set(args.engines.split(",")) - {"stock", "static", "assisted", "pld", *FLASHSPEC}
+    unknown = set(args.engines.split(",")) - {"stock", "static", "static_autotune", "assisted", "pld", *FLASHSPEC}
     if unknown:
         p.error(f"unknown engines {sorted(unknown)}")
     if args.target == "tinyllama" and (args.draft_dirs or args.early_exit_depths):
@@ -205,9 +207,11 @@ def generate_once(engine, model, assistants, ids, mask, args, new_tokens):
     generator = {"assisted": candidate_generator.AssistedCandidateGenerator,
                  "pld": candidate_generator.PromptLookupCandidateGenerator}.get(engine)
     original = generator and generator.update_candidate_strategy
-    if engine in ("stock", "static"):
+    if engine.endswith("_autotune"):
+        kw["compile_config"] = CompileConfig(mode="max-autotune")
+    if engine in ("stock", "static", "static_autotune"):
         kw["logits_processor"] = LogitsProcessorList([timer])
-        if engine == "static":  # generate compiles the decoding forward itself for a static cache on CUDA
+        if engine.startswith("static"):  # generate compiles the decoding forward itself for a static cache on CUDA
             kw["cache_implementation"] = "static"  # (its default CompileConfig: mode="reduce-overhead")
     elif generator is not None:  # stock assisted / prompt-lookup decoding: one stamp and count per step
         if engine == "assisted":  # stock reads γ and its schedule from the assistant's config
@@ -228,7 +232,7 @@ def generate_once(engine, model, assistants, ids, mask, args, new_tokens):
     else:  # a selector name gives fresh statistics every call; flashspec picks its loop unless told "dynamic"
         selector = FixedArm(args.fixed_arm) if engine.startswith("fixed") else "thompson"
         pool = assistants
-        if engine == "default":
+        if engine.startswith("default"):
             selector, pool = DEFAULT_SELECTOR, [*assistants, PromptLookup()]
         kw.update(assistant_models=pool, flashspec=True, selector=selector, num_assistant_tokens=args.gamma)
         if engine.endswith("_dynamic"):
@@ -284,7 +288,7 @@ def run_cell(engine, model, assistants, ids, mask, args, reference):
     row["peak_mem_gib"] = max(peaks) if peaks[0] is not None else ""
     if reference is not None:
         row["match_rate"] = (out == reference).all(dim=1).float().mean().item()
-    if engine == "static":
+    if engine.startswith("static"):
         row["note"] = "compiled" if info["compiled"] else "not compiled (static cache only)"
     if engine == "assisted" and getattr(assistants[args.fixed_arm], "draft_vocab_ids", None) is not None:
         row["note"] = "reduced draft head: stock reads its logit indices as token ids (wrong drafts, exact output)"

@@ -12,8 +12,8 @@
 #   4. SmolLM2-135M (once /tmp/gguf/s0, s1 and its drafts are there): stock static and default at SMOLLM2_BATCHES
 #      (1,8,32,64; SMOLLM2_ENGINES, SMOLLM2_ARGS) within E2E_BUDGET_S (420) seconds, then benchmarks/domain_bench
 #      (real prompts, B = 1, EOS on: default against every fixed arm)
-#   5. the TinyLlama-shape e2e grid: stock static, fixed and default at B = 1 (TINY_ARGS, e.g. --profile); static and
-#      default at TINY_BATCHES
+#   5. the TinyLlama-shape e2e grid: TINY_ENGINES (stock static, fixed and default) at B = 1 (TINY_ARGS, e.g.
+#      --profile); static and default at TINY_BATCHES (64; set empty to skip)
 #   6. benchmarks/kernel_tune on KERNEL_TUNE_CASES (batch:vocab pairs), when set
 # STAGES (default "kernel tests qwen smollm2 domains tiny") picks and orders them (SmolLM2's grid and domain_bench are
 # `smollm2` and `domains`). Each stage logs to /tmp/gs/<stage>.log, skipped stages to /tmp/gs/pipeline.log;
@@ -64,8 +64,9 @@ domains() {
   ) >/tmp/gs/domain_bench.log 2>&1
 }
 tiny() {
-  e2e --batches 1 --engines static,fixed,default --repeats 3 --name e2e_tiny_b1 ${TINY_ARGS:-} \
+  e2e --batches 1 --engines "${TINY_ENGINES:-static,fixed,default}" --repeats 3 --name e2e_tiny_b1 ${TINY_ARGS:-} \
     >/tmp/gs/e2e_tiny_b1.log 2>&1
+  [ -z "${TINY_BATCHES-64}" ] && return
   e2e --batches "${TINY_BATCHES:-64}" --engines static,default --repeats 2 --name e2e_tiny >/tmp/gs/e2e_tiny.log 2>&1
 }
 for stage in ${STAGES:-kernel tests qwen smollm2 domains tiny}; do
