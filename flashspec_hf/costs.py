@@ -25,7 +25,7 @@ from .columns import Columns
 from .backends import parameters_fingerprint
 from .cpu_products import rerouting
 from .drafts import DraftSource, LookupOrDraft, ModelDrafts
-from .runners import Runner
+from .runners import NO_LOGITS, Runner
 from .streams import fork
 
 WARM_UPS = 2
@@ -72,7 +72,7 @@ def _calibrate(target: Runner, drafts: dict[int, Runner], mixed: dict[int, int],
     if side_stream is None:
         gammas = sorted({g for _, g in arms})
         jobs |= {("target", g): (target, g + 1, g + 1, ()) for g in gammas}
-        jobs |= {("current", s, g): (drafts[s], g + 1, 1, ()) for s in current for g in gammas}
+        jobs |= {("current", s, g): (drafts[s], g + 1, 0, ()) for s in current for g in gammas}
     else:  # timed together: the target's forward with the others' forwards beside it
         jobs |= {("beside", others[s], g): (target, g + 1, g + 1, tuple((drafts[o], g + 1) for o in others[s]))
                  for s, g in arms}
@@ -89,8 +89,9 @@ def _calibrate(target: Runner, drafts: dict[int, Runner], mixed: dict[int, int],
 def forward_seconds(jobs: list[tuple[Runner, int, int, tuple]], columns: Columns,
                     side_stream: torch.cuda.Stream | None = None) -> list[float]:
     """Seconds of each job's forwards, a job being ``(runner, width, keep, beside)``: the runner's forward over
-    ``width`` columns from where it stands, keeping ``keep`` logits, with the ``(runner, width)`` forwards of
-    ``beside`` on ``side_stream`` (:func:`~flashspec_hf.streams.fork`; in line without one) (synchronised timing;
+    ``width`` columns from where it stands, keeping ``keep`` logits (0: none), with the ``(runner, width)``
+    forwards of ``beside`` (keeping none, as keep-current forwards do) on ``side_stream``
+    (:func:`~flashspec_hf.streams.fork`; in line without one) (synchronised timing;
     every runner is rewound to where it stood after each). The jobs run in rounds, one forward of each per round,
     each round starting one job later than the last (no job always follows the same one): :data:`WARM_UPS`
     untimed rounds, then :data:`REPEATS` timed ones, and each job's time is its fastest. Another process can only
@@ -104,8 +105,8 @@ def forward_seconds(jobs: list[tuple[Runner, int, int, tuple]], columns: Columns
             seen = [r.seen if isinstance(r.seen, int) else r.seen.clone() for r in runners]
             _synchronize()
             start = time.perf_counter()
-            join = fork(side_stream, lambda: [r.forward(columns, w, keep=1) for r, w in beside])
-            runner.forward(columns, width, keep=min(keep, width))
+            join = fork(side_stream, lambda: [r.forward(columns, w, keep=NO_LOGITS) for r, w in beside])
+            runner.forward(columns, width, keep=min(keep, width) or NO_LOGITS)
             join()
             _synchronize()
             if round_ >= WARM_UPS:

@@ -151,6 +151,11 @@ class Runner:
         return out.logits
 
 
+NO_LOGITS = slice(0, 0)
+"""``keep`` of a forward whose logits nothing reads (a keep-current forward): the model's head reads none of its
+hidden states, and so not its ``[V, H]`` weight (the largest matrix of a small draft)."""
+
+
 class DynamicRunner(Runner):
     """A runner over a ``DynamicCache``, cropped on rewind (transformers' past recording makes sliding-window and
     linear-attention layers croppable); ``seen`` is a host int.
@@ -284,7 +289,7 @@ class StaticRunner(Runner):
         return self.forward(columns, 2, keep=1)  # kept two columns behind: the column before the pending, the pending
 
     def keep_current(self, columns: Columns, gamma: int) -> None:
-        self.forward(columns, gamma + 1, keep=1)  # [T - 2, T + γ - 1); the commit rewinds it to two behind
+        self.forward(columns, gamma + 1, keep=NO_LOGITS)  # [T - 2, T + γ - 1); the commit rewinds it to two behind
 
     def rewind(self, length: int | torch.Tensor) -> None:
         """Set ``seen`` (each row's write offset) to ``length`` (a host int, or int64 ``[]`` or ``[B]``): later

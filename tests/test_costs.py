@@ -137,7 +137,7 @@ def test_a_slow_moment_during_calibration_costs_one_round_of_every_forward(monke
 class _Timed:
     """A runner whose forward advances a fake clock by ``seconds`` and logs ``(name, width)``."""
 
-    clock, log = [0.0], []
+    clock, log, keeps = [0.0], [], set()
     keeps_current = True
 
     def __init__(self, name, seconds, seen):
@@ -146,6 +146,7 @@ class _Timed:
     def forward(self, columns, width, keep):
         self.clock[0] += self.seconds
         self.log.append((self.name, width))
+        self.keeps.add((self.name, width, repr(keep)))
         self.seen += width
 
     def rewind(self, seen):
@@ -156,11 +157,14 @@ class _Timed:
 def test_keep_current_forwards_cost_what_the_step_runs(monkeypatch, beside):
     """Without a side stream an arm pays every other draft model's keep-current forward after the target's; with one,
     the target's forward is timed with the forwards the step runs beside it (here a perfect overlap: they take no
-    time), each other draft model's over γ + 1 columns; every runner is rewound to where it stood."""
+    time), each other draft model's over γ + 1 columns, keeping no logits as the step's do; every runner is rewound
+    to where it stood."""
     from flashspec_hf import costs
+    from flashspec_hf.runners import NO_LOGITS
 
     clock, log = _Timed.clock, _Timed.log
     log.clear()
+    _Timed.keeps.clear()
     monkeypatch.setattr(costs.time, "perf_counter", lambda: clock[0])
     sides = set()
 
@@ -186,3 +190,6 @@ def test_keep_current_forwards_cost_what_the_step_runs(monkeypatch, beside):
         assert not sides
     assert table == pytest.approx(want)
     assert (target.seen, drafts[0].seen, drafts[1].seen) == (7, 6, 6)
+    drafting, current = repr(1), repr(NO_LOGITS)
+    assert {k for k in _Timed.keeps if k[0] != "target"} == {(d, w, keep) for d in "ab" for w, keep in
+                                                             [(1, drafting), (1, current), (5, current)]}
