@@ -1,7 +1,8 @@
 """End-to-end greedy decoding throughput of stock generate (eager; static cache + torch.compile), stock assisted
 decoding (one assistant) and prompt-lookup decoding (``pld``; transformers allows B = 1 only for both), and
 flashspec (one fixed assistant; Thompson sampling; ``default``) in its default loop (on CUDA the static-shape loop
-with CUDA graphs) and, as *_dynamic, in its dynamic loop.
+with CUDA graphs) and, as *_dynamic, in its dynamic loop; ``static_autotune`` and ``*_autotune`` compile with
+``CompileConfig(mode="max-autotune")``.
 
 Default target: TinyLlama-1.1B's shape (hidden 2048, MLP 5632, 22 layers, 32 heads, 4 KV heads, V = 32000) with
 random weights. Acceptance is SYNTHETIC: each layer's o_proj and down_proj are scaled by ε (the next token then
@@ -79,7 +80,8 @@ def parse_args():
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "float16"])
     p.add_argument("--batches", default="1,4,16,64")
     p.add_argument("--engines", default="stock,static,fixed,fixed_eager,thompson,default",
-                   help="stock first (the match reference); fixed_dynamic is also known")
+                   help="stock first (the match reference); also known: assisted, pld, thompson_dynamic, "
+                   "fixed_dynamic, static_autotune, fixed_autotune, default_autotune")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--prompt-len", type=int, default=64)
