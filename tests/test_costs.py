@@ -193,3 +193,65 @@ def test_keep_current_forwards_cost_what_the_step_runs(monkeypatch, beside):
     drafting, current = repr(1), repr(NO_LOGITS)
     assert {k for k in _Timed.keeps if k[0] != "target"} == {(d, w, keep) for d in "ab" for w, keep in
                                                              [(1, drafting), (1, current), (5, current)]}
+
+
+def test_replayed_timing_captures_each_job_once_after_the_warm_ups_and_times_its_replays(monkeypatch):
+    """With ``replayed``, the warm-up rounds run each job's forwards (compiling them), the first timed round
+    captures each job once, every timed round times a replay of it (the clock here moves only in replays), and each
+    runner is rewound to where it stood."""
+    from flashspec_hf import costs
+
+    clock, events = [0.0], []
+
+    class Runner(_Timed):
+        def forward(self, columns, width, keep):
+            events.append(("capture" if capturing else "run", self.name))
+            self.seen += width
+
+    capturing = False
+
+    def capture(work, pool):
+        nonlocal capturing
+        capturing = True
+        work()
+        capturing = False
+        job = events[-1][1]
+
+        def replay():
+            events.append(("replay", job))
+            clock[0] += {"target": 0.5, "draft": 0.1}[job]
+
+        return replay
+
+    monkeypatch.setattr(costs, "_capture", capture)
+    monkeypatch.setattr(costs.torch.cuda, "graph_pool_handle", lambda: "pool")
+    monkeypatch.setattr(costs.time, "perf_counter", lambda: clock[0])
+    target, draft = Runner("target", 0.5, 7), Runner("draft", 0.1, 6)
+    jobs = [(target, 5, 5, ()), (draft, 1, 1, ())]
+    assert costs.forward_seconds(jobs, columns=None, replayed=True) == pytest.approx([0.5, 0.1])
+    warm = [e for e in events if e[0] == "run"]
+    assert len(warm) == 2 * costs.WARM_UPS and events[: len(warm)] == warm
+    assert sorted(e for e in events if e[0] == "capture") == [("capture", "draft"), ("capture", "target")]
+    assert len([e for e in events if e[0] == "replay"]) == 2 * costs.REPEATS
+    assert (target.seen, draft.seen) == (7, 6)
+
+
+def test_costs_are_timed_as_replays_only_where_steps_are_captured_and_asked_for(monkeypatch, target, assistants):
+    """``FLASHSPEC_ARM_COSTS=replayed`` changes the timing only on a backend that captures its steps, and a table
+    timed one way is kept apart from one timed the other."""
+    from flashspec_hf import costs
+
+    calibrated = []  # (call, replayed)
+    monkeypatch.setattr(costs, "_calibrate",
+                        lambda *args: calibrated.append((call, args[-1])) or [1.0] * len(args[3]))
+    ids, mask = left_padded(ROWS)
+    kw = dict(attention_mask=mask, max_new_tokens=2, flashspec=True, selector="cost_aware_ucb1",
+              assistant_models=assistants)
+    target.__dict__.pop("_flashspec_arm_costs", None)
+    for call, (replayed, graphed) in enumerate([(None, True), ("replayed", False), ("replayed", True),
+                                                ("replayed", True)]):
+        if replayed:
+            monkeypatch.setenv(costs.ARM_COSTS, replayed)
+        monkeypatch.setattr(flashspec_hf.backends.Backend, "graphed", graphed)
+        target.generate(ids, **kw)
+    assert calibrated == [(0, False), (2, True)]  # call 1 has call 0's set-up; call 3, call 2's
