@@ -248,6 +248,7 @@ def test_costs_are_timed_as_replays_only_where_steps_are_captured_and_asked_for(
     kw = dict(attention_mask=mask, max_new_tokens=2, flashspec=True, selector="cost_aware_ucb1",
               assistant_models=assistants)
     target.__dict__.pop("_flashspec_arm_costs", None)
+    monkeypatch.delenv(costs.ARM_COSTS, raising=False)
     for call, (replayed, graphed) in enumerate([(None, True), ("replayed", False), ("replayed", True),
                                                 ("replayed", True)]):
         if replayed:
