@@ -16,17 +16,14 @@ import argparse
 import csv
 import gzip
 import json
-import os
 import statistics
 import time
 from pathlib import Path
-from unittest import mock
 
 import torch
 import transformers
 
 from flashspec_hf import FixedArm, PromptLookup
-from flashspec_hf.costs import ARM_COSTS
 from flashspec_hf.models import distilled_assistants, load_target
 
 from . import default_selector
@@ -47,9 +44,8 @@ def parse_args():
 
 
 def engines(assistants: list) -> dict[str, dict]:
-    """generate kwargs per engine: stock static, default, default with the conservative guard (δ = 0.05), default
-    with its arm costs timed as CUDA-graph replays (``FLASHSPEC_ARM_COSTS=replayed`` while it runs: the ``env`` entry),
-    and each fixed arm of the default pool."""
+    """generate kwargs per engine: stock static, default, default with the conservative guard (δ = 0.05), and each
+    fixed arm of the default pool."""
     pool = [*assistants, PromptLookup()]
     fixed = {
         f"fixed {getattr(a, 'name', None) or a.config.name_or_path}": dict(assistant_models=pool, selector=FixedArm(i),
@@ -60,8 +56,6 @@ def engines(assistants: list) -> dict[str, dict]:
         "stock static": dict(cache_implementation="static"),
         "default": dict(assistant_models=pool, selector=default_selector(), flashspec=True),
         "default conservative": dict(assistant_models=pool, selector=default_selector("conservative"), flashspec=True),
-        "default replayed costs": dict(assistant_models=pool, selector=default_selector(), flashspec=True,
-                                       env={ARM_COSTS: "replayed"}),
         **fixed,
     }
 
@@ -78,14 +72,10 @@ def step_times(selector, model, seconds: dict[int, list[float]]) -> str:
 
 
 def timed(model, ids, mask, new_tokens, kwargs) -> tuple[torch.Tensor, float]:
-    """One generate call with the engine's kwargs (its ``env`` entry set in the environment meanwhile) -> (sequences,
-    seconds)."""
-    kwargs = dict(kwargs)
-    with mock.patch.dict(os.environ, kwargs.pop("env", {})):
-        torch.cuda.synchronize() if ids.is_cuda else None
-        start = time.perf_counter()
-        out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, **kwargs)
-        torch.cuda.synchronize() if ids.is_cuda else None
+    torch.cuda.synchronize() if ids.is_cuda else None
+    start = time.perf_counter()
+    out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, **kwargs)
+    torch.cuda.synchronize() if ids.is_cuda else None
     return out, time.perf_counter() - start
 
 

@@ -14,17 +14,14 @@ table is kept on the target per set-up (backend, batch size, device, models and 
 decide from the same numbers, so with ``torch.manual_seed`` they repeat exactly; only the first call of a set-up
 pays the calibration (:data:`WARM_UPS` + :data:`REPEATS` forwards per model and width).
 
-Timed that way the costs are not what captured steps cost (H200, SmolLM2-135M, B = 1, 2026-12-05: 7–8× the steps'
-times as run, a draft model's step 1.43× a lookup step where it runs at 1.26×). ``FLASHSPEC_ARM_COSTS=replayed``
-times, where the backend captures its steps, each forward as the replay of a CUDA graph captured after the warm-ups
-(:data:`ARM_COSTS`): an experiment, off until a benchmark says it chooses better.
+Timed that way, costs overstate captured steps and skew them between arms (H200, SmolLM2-135M, B = 1, 2026-12-05:
+7–8× the steps' times as run; a chat or code draft's step 1.43× a lookup step where it runs at 1.26×, a plain step
+1.00× where it runs at 0.89×).
 """
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Callable
 
 import torch
 
@@ -41,14 +38,10 @@ WARM_UPS = 2
 REPEATS = 5
 """Timed rounds of forwards (:func:`forward_seconds`)."""
 
-ARM_COSTS = "FLASHSPEC_ARM_COSTS"
-"""The environment variable choosing how captured steps' forwards are timed: ``replayed`` (CUDA-graph replays),
-else launched from the host."""
-
 
 def arm_costs(
     target: Runner, sources: list[DraftSource], arms: list[tuple[int, int]], columns: Columns, backend: str,
-    side_stream: torch.cuda.Stream | None = None, graphed: bool = False,
+    side_stream: torch.cuda.Stream | None = None,
 ) -> list[float]:
     """Step seconds of each arm, from the table kept on the target (calibrated now if this set-up has none).
 
@@ -57,8 +50,6 @@ def arm_costs(
         columns: the call's columns (the forwards read columns past the committed ones and are rewound).
         backend: the backend's name (a set-up key: graphs change the costs).
         side_stream: where the step runs its keep-current forwards beside the target's (None: in line).
-        graphed: whether the backend captures its steps as CUDA graphs (the forwards are then timed as replays
-            when :data:`ARM_COSTS` says ``replayed``).
 
     Returns:
         seconds per step, one per arm.
@@ -66,17 +57,16 @@ def arm_costs(
     drafts = {s: source.runner for s, source in enumerate(sources) if isinstance(source, ModelDrafts)}
     mixed = {s: sources.index(source.model) for s, source in enumerate(sources) if isinstance(source, LookupOrDraft)}
     models = [target.model, *(runner.model for runner in drafts.values())]
-    replayed = graphed and os.environ.get(ARM_COSTS) == "replayed"
     key = (backend, columns.tokens.shape[0], str(columns.tokens.device), tuple(type(s).__name__ for s in sources),
-           tuple(arms), parameters_fingerprint(models), rerouting(), side_stream is not None, replayed)
+           tuple(arms), parameters_fingerprint(models), rerouting(), side_stream is not None)
     kept = target.model.__dict__.setdefault("_flashspec_arm_costs", {})
     if key not in kept:
-        kept[key] = _calibrate(target, drafts, mixed, arms, columns, side_stream, replayed)
+        kept[key] = _calibrate(target, drafts, mixed, arms, columns, side_stream)
     return kept[key]
 
 
 def _calibrate(target: Runner, drafts: dict[int, Runner], mixed: dict[int, int], arms: list[tuple[int, int]],
-               columns: Columns, side_stream: torch.cuda.Stream | None, replayed: bool = False) -> list[float]:
+               columns: Columns, side_stream: torch.cuda.Stream | None) -> list[float]:
     """An arm's step: the target's forward over γ + 1 columns, γ forwards of its draft model (a mixed arm's model
     drafts every row), and the forward keeping each other draft model current (a mixed arm's own model too: its
     drafts are replaced by the mixed ones): after the target's, or beside it on ``side_stream``."""
@@ -90,7 +80,7 @@ def _calibrate(target: Runner, drafts: dict[int, Runner], mixed: dict[int, int],
     else:  # timed together: the target's forward with the others' forwards beside it
         jobs |= {("beside", others[s], g): (target, g + 1, g + 1, tuple((drafts[o], g + 1) for o in others[s]))
                  for s, g in arms}
-    seconds = dict(zip(jobs, forward_seconds(list(jobs.values()), columns, side_stream, replayed)))
+    seconds = dict(zip(jobs, forward_seconds(list(jobs.values()), columns, side_stream)))
 
     def target_and_current(s: int, g: int) -> float:
         if side_stream is not None:
@@ -101,7 +91,7 @@ def _calibrate(target: Runner, drafts: dict[int, Runner], mixed: dict[int, int],
 
 
 def forward_seconds(jobs: list[tuple[Runner, int, int, tuple]], columns: Columns,
-                    side_stream: torch.cuda.Stream | None = None, replayed: bool = False) -> list[float]:
+                    side_stream: torch.cuda.Stream | None = None) -> list[float]:
     """Seconds of each job's forwards, a job being ``(runner, width, keep, beside)``: the runner's forward over
     ``width`` columns from where it stands, keeping ``keep`` logits (0: none), with the ``(runner, width)``
     forwards of ``beside`` (keeping none, as keep-current forwards do) on ``side_stream``
@@ -110,45 +100,24 @@ def forward_seconds(jobs: list[tuple[Runner, int, int, tuple]], columns: Columns
     each round starting one job later than the last (no job always follows the same one): :data:`WARM_UPS`
     untimed rounds, then :data:`REPEATS` timed ones, and each job's time is its fastest. Another process can only
     slow a forward down, and a slow moment of the machine then costs one round of every job rather than every round
-    of one, so the ratios between arms do not follow the moment the table was calibrated in. With ``replayed``
-    (static runners on one GPU), each job is captured as a CUDA graph after the warm-ups (:func:`_capture`) and
-    its timed rounds replay it, as a captured step would."""
+    of one, so the ratios between arms do not follow the moment the table was calibrated in."""
     times = [[] for _ in jobs]
-    replays: dict[int, Callable[[], None]] = {}
-    pool = torch.cuda.graph_pool_handle() if replayed else None
-
-    def run(job: int) -> None:
-        runner, width, keep, beside = jobs[job]
-        join = fork(side_stream, lambda: [r.forward(columns, w, keep=NO_LOGITS) for r, w in beside])
-        runner.forward(columns, width, keep=min(keep, width) or NO_LOGITS)
-        join()
-
     for round_ in range(WARM_UPS + REPEATS):
         for job in [(round_ + i) % len(jobs) for i in range(len(jobs))]:
-            runner, _, _, beside = jobs[job]
+            runner, width, keep, beside = jobs[job]
             runners = [runner, *(r for r, _ in beside)]
             seen = [r.seen if isinstance(r.seen, int) else r.seen.clone() for r in runners]
-            timed = round_ >= WARM_UPS
-            if timed and replayed and job not in replays:
-                replays[job] = _capture(lambda: run(job), pool)
             _synchronize()
             start = time.perf_counter()
-            replays[job]() if timed and replayed else run(job)
+            join = fork(side_stream, lambda: [r.forward(columns, w, keep=NO_LOGITS) for r, w in beside])
+            runner.forward(columns, width, keep=min(keep, width) or NO_LOGITS)
+            join()
             _synchronize()
-            if timed:
+            if round_ >= WARM_UPS:
                 times[job].append(time.perf_counter() - start)
             for r, s in zip(runners, seen):
                 r.rewind(s)
     return [min(t) for t in times]
-
-
-def _capture(work: Callable[[], None], pool) -> Callable[[], None]:
-    """``work`` captured once as a CUDA graph in memory ``pool``; returns its replay. Nothing runs while capturing
-    (the runners' offsets are read and advanced on the device, by each replay)."""
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
-        work()
-    return graph.replay
 
 
 def _synchronize() -> None:

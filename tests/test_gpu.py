@@ -107,26 +107,6 @@ def test_static_engine_with_cuda_graphs_equals_stock(disable_compile):
     assert [type(runner) is EarlyExitRunner for runner in session.runners.values()] == [False, True, False, False]
 
 
-def test_arm_costs_timed_as_graph_replays_leave_the_output_equal_to_stock(monkeypatch):
-    """FLASHSPEC_ARM_COSTS=replayed: the calibration captures each timed job as a CUDA graph (keep-current forwards
-    on the side stream included) and times its replays; every runner is rewound after, so the call's output is
-    stock's, and the table holds a positive time per arm."""
-    from flashspec_hf import SELECTORS, PromptLookup, costs
-
-    captured, capture = [], costs._capture
-    monkeypatch.setattr(costs, "_capture", lambda work, pool: captured.append(1) or capture(work, pool))
-    monkeypatch.setenv(costs.ARM_COSTS, "replayed")
-    target, drafts = _static_models()
-    rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60], [77, 3, 51, 51, 9]]
-    ids, mask = left_padded(rows)
-    selector = SELECTORS["cost_aware_discounted_thompson"]()
-    out = target.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=24, do_sample=False,
-                          assistant_models=[*drafts, PromptLookup()], selector=selector,
-                          cache_implementation="static", flashspec=True)
-    assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 24)
-    assert captured and all(cost > 0 for cost in selector.costs)
-
-
 def test_static_engine_with_the_prompt_prior_equals_stock():
     """A selector reading the prompt: the compiled static prefill keeps the logits of the window's columns
     (their count W changes with the prompt's length between calls) and every draft guesses them; output stays equal
