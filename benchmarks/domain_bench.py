@@ -19,14 +19,11 @@ import json
 import statistics
 import time
 from pathlib import Path
-from unittest import mock
 
 import torch
 import transformers
 
-import flashspec_hf.decoding
 from flashspec_hf import FixedArm, PromptLookup
-from flashspec_hf.costs import arm_costs
 from flashspec_hf.models import distilled_assistants, load_target
 
 from . import default_selector
@@ -47,9 +44,8 @@ def parse_args():
 
 
 def engines(assistants: list) -> dict[str, dict]:
-    """generate kwargs per engine: stock static, default, default with the conservative guard (δ = 0.05), default
-    with its arm costs timed from the host (as before 2026-12-05; the ``arm_costs`` entry replaces decoding's while it
-    runs: an A/B of the replayed timing), and each fixed arm of the default pool."""
+    """generate kwargs per engine: stock static, default, default with the conservative guard (δ = 0.05), and each
+    fixed arm of the default pool."""
     pool = [*assistants, PromptLookup()]
     fixed = {
         f"fixed {getattr(a, 'name', None) or a.config.name_or_path}": dict(assistant_models=pool, selector=FixedArm(i),
@@ -60,8 +56,6 @@ def engines(assistants: list) -> dict[str, dict]:
         "stock static": dict(cache_implementation="static"),
         "default": dict(assistant_models=pool, selector=default_selector(), flashspec=True),
         "default conservative": dict(assistant_models=pool, selector=default_selector("conservative"), flashspec=True),
-        "default host-timed costs": dict(assistant_models=pool, selector=default_selector(), flashspec=True,
-                                         arm_costs=lambda *args: arm_costs(*args[:-1], graphed=False)),
         **fixed,
     }
 
@@ -78,14 +72,10 @@ def step_times(selector, model, seconds: dict[int, list[float]]) -> str:
 
 
 def timed(model, ids, mask, new_tokens, kwargs) -> tuple[torch.Tensor, float]:
-    """One greedy generate call with the engine's kwargs (its ``arm_costs`` entry, if any, in place of decoding's
-    meanwhile) -> (sequences, seconds)."""
-    kwargs = dict(kwargs)
-    with mock.patch.object(flashspec_hf.decoding, "arm_costs", kwargs.pop("arm_costs", arm_costs)):
-        torch.cuda.synchronize() if ids.is_cuda else None
-        start = time.perf_counter()
-        out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, **kwargs)
-        torch.cuda.synchronize() if ids.is_cuda else None
+    torch.cuda.synchronize() if ids.is_cuda else None
+    start = time.perf_counter()
+    out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, **kwargs)
+    torch.cuda.synchronize() if ids.is_cuda else None
     return out, time.perf_counter() - start
 
 

@@ -257,7 +257,7 @@ def speculative_decode(
         if selector.cost_aware:
             with record_function("flashspec.arm_costs"):
                 selector.set_costs(arm_costs(target, sources, arms, columns, type(backend).__name__,
-                                             run.side_stream, backend.graphed))
+                                             run.side_stream))
         if window is not None:
             with record_function("flashspec.prior"):
                 selector.prior(*prompt_agreement(target, sources, arms, run.ctx, window))

@@ -1,7 +1,5 @@
 """Cost-aware selection: calibrated arm costs, the plain-decoding arm, and seeded calls that repeat."""
 
-import contextlib
-
 import pytest
 import torch
 
@@ -195,64 +193,3 @@ def test_keep_current_forwards_cost_what_the_step_runs(monkeypatch, beside):
     drafting, current = repr(1), repr(NO_LOGITS)
     assert {k for k in _Timed.keeps if k[0] != "target"} == {(d, w, keep) for d in "ab" for w, keep in
                                                              [(1, drafting), (1, current), (5, current)]}
-
-
-def test_graphed_timing_captures_each_job_once_after_the_warm_ups_and_times_its_replays(monkeypatch):
-    """``graphed``: the warm-up rounds launch each job (compiling it), the first timed round captures each job
-    once, rewind included, on the device of the columns, and every timed round times replays of that capture; the
-    runners stand where they stood."""
-    from types import SimpleNamespace
-
-    from flashspec_hf import costs
-
-    events, devices, capturing = [], [], [False]
-
-    class Runner(_Timed):
-        def forward(self, columns, width, keep):
-            events.append(("capture" if capturing[0] else "run", self.name))
-            self.seen += width
-
-        def rewind(self, seen):
-            events.append(("rewind", self.name))
-            self.seen = seen
-
-    def captured(work):
-        capturing[0] = True
-        work()
-        capturing[0] = False
-        job = next(name for kind, name in reversed(events) if kind == "capture")
-        return lambda: events.append(("replay", job)) or {"target": 0.5, "draft": 0.1}[job]
-
-    monkeypatch.setattr(costs, "_captured", captured)
-    monkeypatch.setattr(costs, "_replay_seconds", lambda replay: replay())
-    monkeypatch.setattr(costs.torch.cuda, "device", lambda d: devices.append(d) or contextlib.nullcontext())
-    target, draft = Runner("target", 0.5, 7), Runner("draft", 0.1, 6)
-    columns = SimpleNamespace(tokens=torch.zeros(1, 3, dtype=torch.long))
-    jobs = [(target, 5, 5, ()), (draft, 1, 1, ())]
-    assert costs.forward_seconds(jobs, columns, graphed=True) == pytest.approx([0.5, 0.1])
-    warm = 2 * costs.WARM_UPS
-    assert all(kind in ("run", "rewind") for kind, _ in events[: 2 * warm])
-    assert [e for e in events if e[0] == "run"] == events[: 2 * warm : 2]  # each launch then its rewind
-    captures = [(kind, name) for kind, name in events[2 * warm:] if kind != "replay"]
-    assert sorted(captures) == [("capture", "draft"), ("capture", "target"), ("rewind", "draft"), ("rewind", "target")]
-    assert sorted(name for kind, name in events if kind == "replay") == ["draft"] * costs.REPEATS + [
-        "target"] * costs.REPEATS
-    assert devices == [columns.tokens.device] and (target.seen, draft.seen) == (7, 6)
-
-
-def test_tables_timed_as_replays_are_kept_apart(monkeypatch, target, assistants):
-    """A table timed from replays (a backend that captures its steps) is not reused by a call that launches its
-    steps from the host, nor the other way round."""
-    import flashspec_hf.decoding
-    from flashspec_hf import costs
-
-    calibrated = []  # the graphed argument of each calibration
-    monkeypatch.setattr(costs, "_calibrate", lambda *args: calibrated.append(args[-1]) or [1.0] * len(args[3]))
-    ids, mask = left_padded(ROWS)
-    target.__dict__.pop("_flashspec_arm_costs", None)
-    for graphed in [False, True, True, False]:
-        monkeypatch.setattr(flashspec_hf.decoding, "arm_costs",
-                            lambda *args, graphed=graphed: costs.arm_costs(*args[:-1], graphed))
-        target.generate(ids, attention_mask=mask, max_new_tokens=2, flashspec=True, selector="cost_aware_ucb1",
-                        assistant_models=assistants)
-    assert calibrated == [False, True]
