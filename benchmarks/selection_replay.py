@@ -1,0 +1,224 @@
+"""Selectors replayed on real acceptance traces (CPU): ``default`` against each fixed arm on many prompts, no GPU.
+
+Under greedy decoding every arm yields the target's own tokens, so how many drafts an arm gets accepted from a
+committed length ``t`` is a property of the text, not of the run:
+
+- a draft model accepts the leading positions ``t, t + 1, …`` (at most γ) where its greedy token, given the
+  target's tokens before it, is the target's (teacher-forced: a draft token after a rejected one is never
+  verified, and one after accepted ones sees the target's tokens), so one draft forward over the generated text
+  gives its count at every ``t``;
+- prompt lookup accepts the leading matches of :meth:`~flashspec_hf.drafts.PromptLookup.lookup`'s proposal there;
+- the plain arm drafts nothing.
+
+One stock greedy ``generate`` per prompt and one forward per draft model give every arm's count at every ``t``
+(``--traces``, default ``OUT/traces.pt``; made once, then reused). The replay then follows the static loop (:func:`flashspec_hf.decoding.decode`): the
+selector chooses each step (the session's first call warms every arm first, twice each: an eager use, then the
+capture), the step advances the row, its report reaches the selector ``MAX_IN_FLIGHT`` steps later, and the steps
+queued after the row finished still cost time. A step takes its arm's step time as run on the GPU (``--step-ms``);
+the selector is given calibrated costs: ``run`` (those times) or ``host`` (the skew of host-timed calibration
+measured on the H200 on 2026-12-05: a draft model's step 1.43× a lookup step, a plain step 1.00×). Per domain, as
+``benchmarks.domain_bench`` runs it, and for a ``mixed`` stream of the domains' prompts in turn (one selector
+serving them all, as the demo's does) and a ``shift`` stream (every chat prompt, then every code prompt, then every
+prose prompt: a selector must follow the change): one selector per engine, a warm-up call on the first prompt, then
+every prompt (its seconds: the steps' plus ``--call-ms``); tokens/s, τ, arm shares, and ``vs_best_fixed``: the
+seconds of the best fixed arm on the same prompts over the engine's (for ``shift``, of each domain's best fixed arm,
+summed). Writes OUT/selection_replay.csv.
+
+    python -m benchmarks.selection_replay --corpus corpus.json.gz --out DIR [--selectors default,...]
+"""
+
+import argparse
+import csv
+import gzip
+import json
+import random
+from collections import deque
+from pathlib import Path
+
+import torch
+
+from flashspec_hf import SELECTORS, FixedArm, PromptLookup
+from flashspec_hf.backends import MAX_IN_FLIGHT
+from flashspec_hf.models import distilled_assistants, load_target
+
+from . import DEFAULT_SELECTOR
+
+HOST_SKEW = {"draft": 1.43, "prompt_lookup": 1.0, "plain": 1.0}
+"""Host-timed calibrated cost per arm kind, relative to a lookup step (H200, SmolLM2-135M, B = 1, 2026-12-05)."""
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--corpus", required=True)
+    p.add_argument("--out", default=".")
+    p.add_argument("--traces", help="the traces file, made if missing (default: OUT/traces.pt)")
+    p.add_argument("--domains", default="chat,code,prose")
+    p.add_argument("--num-prompts", type=int, default=24)
+    p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--gamma", type=int, default=4)
+    p.add_argument("--step-ms", default="draft=2.58,prompt_lookup=2.00,plain=1.80",
+                   help="step time as run per arm kind (H100, domain_bench at 689a21c; plain: H200 at 4b40e5b)")
+    p.add_argument("--call-ms", type=float, default=6.0, help="per-call time outside the steps (prefill, set-up)")
+    p.add_argument("--adaptive-step-factor", type=float, default=1.02,
+                   help="step time of an arm under a selector that switches, over the same arm fixed (H100, "
+                        "domain_bench at 689a21c: a draft model's step 2.58 ms against 2.53)")
+    p.add_argument("--selectors", default="default",
+                   help=f"comma-separated names in flashspec_hf.SELECTORS (default: {DEFAULT_SELECTOR}), each optionally "
+                        "with attributes set after construction: name:attr=value:attr=value")
+    return p.parse_args()
+
+
+def make(spec: str):
+    """A fresh selector from ``name[:attr=value]...`` (``default``: :data:`~benchmarks.DEFAULT_SELECTOR`)."""
+    name, *settings = spec.split(":")
+    selector = SELECTORS[DEFAULT_SELECTOR if name == "default" else name]()
+    for setting in settings:
+        attr, value = setting.split("=")
+        if attr == "seed":  # the selector's own generator (Thompson sampling, Hedge)
+            selector.rng = random.Random(int(value))
+        else:
+            setattr(selector, attr, None if value == "None" else float(value))
+    return selector
+
+
+def leading(hits: list[bool]) -> int:
+    """Accepted drafts: the leading ``True`` of ``hits``."""
+    return next((k for k, hit in enumerate(hits) if not hit), len(hits))
+
+
+def trace(model, assistants: list, ids: torch.Tensor, new_tokens: int, gamma: int) -> dict:
+    """One prompt's trace: the generated ``length`` (tokens, prompt included), the prompt's ``start`` and per arm
+    (drafts, prompt lookup, plain) the drafts it gets accepted from each committed length ``t`` in
+    ``[start, length)``."""
+    seq = model.generate(ids, max_new_tokens=new_tokens, do_sample=False)[0]  # [L] int64
+    start, length = ids.shape[1], seq.shape[0]
+    counts = []
+    for draft in assistants:
+        best = draft(seq[None]).logits[0].argmax(-1)  # [L]: the draft's token for the position after each
+        ids_of = getattr(draft, "draft_vocab_ids", None)
+        best = best if ids_of is None else ids_of[best]
+        hit = (best[:-1] == seq[1:]).tolist()  # hit[j]: right at position j + 1
+        counts.append([leading(hit[t - 1: min(t - 1 + gamma, length - 1)]) for t in range(start, length)])
+    lookup = PromptLookup()
+    proposals = [lookup.lookup(seq[None], torch.tensor([t]), gamma)[0][0] for t in range(start, length)]  # [γ] each
+    counts.append([leading((p[: length - t] == seq[t: t + gamma]).tolist()) for t, p in zip(range(start, length),
+                                                                                            proposals)])
+    counts.append([0] * (length - start))  # plain decoding
+    return dict(start=start, length=length, counts=counts)
+
+
+def replay(selector, calls: list[dict], step_s: list[float], given_s: list[float], gammas: list[int],
+           warm: bool, max_new_tokens: int) -> tuple[float, int, int, list[int]]:
+    """Run ``calls`` (traces) through ``selector`` as the static loop would (``warm``: the first call warms every
+    arm); returns (step seconds, new tokens, steps that emitted, steps that emitted per arm)."""
+    seconds, tokens, steps, per_arm = 0.0, 0, 0, [0] * len(gammas)
+
+    def report(arm: int, accepted: int, was_finished: bool, finished: bool) -> bool:
+        if not was_finished:
+            selector.update(arm, [accepted], gammas[arm])
+        return finished
+
+    for call in calls:
+        selector.ensure(len(gammas), gammas)
+        selector.begin_call()
+        selector.set_costs(given_s)
+        t, queue, done = call["start"], deque(), False
+        forced = [a for a in selector.candidates() for _ in range(2)] if warm and call is calls[0] else []
+        for _ in range(max_new_tokens):
+            arm = selector.choose(forced.pop(0) if forced else None)
+            was_finished = t >= call["length"]
+            accepted = 0 if was_finished else min(call["counts"][arm][t - call["start"]], gammas[arm])
+            emitted = 0 if was_finished else min(accepted + 1, call["length"] - t)
+            t += emitted
+            seconds += step_s[arm]
+            tokens, steps = tokens + emitted, steps + (emitted > 0)
+            per_arm[arm] += emitted > 0
+            queue.append((arm, accepted, was_finished, t >= call["length"]))
+            while len(queue) > MAX_IN_FLIGHT:
+                done = report(*queue.popleft())
+            if done:
+                break
+        while queue:
+            report(*queue.popleft())
+    return seconds, tokens, steps, per_arm
+
+
+def main():
+    args = parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.set_grad_enabled(False)
+    model, tokenizer = load_target(None, dtype=torch.float32, device="cpu")
+    assistants = distilled_assistants(model)
+    names = [getattr(a, "name", None) or a.config.name_or_path for a in assistants] + ["prompt_lookup", "plain"]
+    kinds = ["draft"] * len(assistants) + ["prompt_lookup", "plain"]
+    gammas = [args.gamma] * (len(names) - 1) + [0]
+    path = Path(args.traces) if args.traces else out / "traces.pt"
+    traces = torch.load(path) if path.exists() else {}
+    prompts = json.load(gzip.open(args.corpus, "rt"))["eval"]
+    tokenizer.truncation_side = "left"
+    for domain in args.domains.split(","):
+        for i, prompt in enumerate(prompts[domain][: args.num_prompts]):
+            if (domain, i) not in traces:
+                ids = tokenizer([prompt], return_tensors="pt", truncation=True, max_length=args.prompt_len).input_ids
+                traces[domain, i] = trace(model, assistants, ids, args.max_new_tokens, args.gamma)
+                torch.save(traces, path)
+                print(domain, i, traces[domain, i]["length"] - traces[domain, i]["start"], "tokens", flush=True)
+    run_ms = dict(kv.split("=") for kv in args.step_ms.split(","))
+    step_s = [float(run_ms[k]) / 1000 for k in kinds]
+    lookup_s = step_s[kinds.index("prompt_lookup")]
+    given = {"run": step_s, "host": [HOST_SKEW[k] * lookup_s for k in kinds]}
+    engines = {f"fixed {n}": (lambda a=a: FixedArm(a), "run") for a, n in enumerate(names)}
+    for spec in args.selectors.split(","):
+        engines |= {f"{spec} ({costs} costs)": (lambda spec=spec: make(spec), costs) for costs in given}
+    results = []  # (stream, engine, vs_best_fixed)
+    with open(out / "selection_replay.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["domain", "engine", "prompts", "new_tokens", "seconds", "tok_s", "vs_best_fixed", "tau",
+                         "shares"])
+        domains = args.domains.split(",")
+        streams = {d: [traces[d, i] for i in range(args.num_prompts)] for d in domains}
+        streams["mixed"] = [traces[d, i] for i in range(args.num_prompts) for d in domains]  # chat, code, prose, ...
+        streams["shift"] = [call for d in domains for call in streams[d]]  # every chat prompt, then code, then prose
+        best_s = {}  # stream -> seconds of its best fixed arm (shift: of each domain's best, summed)
+        for stream, calls in streams.items():
+            rows = {}
+            for engine, (build, costs) in engines.items():
+                selector = build()
+                replay(selector, calls[:1], step_s, given[costs], gammas, True, args.max_new_tokens)  # warm-up
+                factor = 1.0 if engine.startswith("fixed") else args.adaptive_step_factor
+                seconds, tokens, steps, per_arm = replay(selector, calls, [factor * s for s in step_s], given[costs],
+                                                         gammas, False, args.max_new_tokens)
+                rows[engine] = (seconds + args.call_ms / 1000 * len(calls), tokens, steps, per_arm)
+            fixed = [seconds for engine, (seconds, *_) in rows.items() if engine.startswith("fixed")]
+            best_s[stream] = sum(best_s[d] for d in domains) if stream == "shift" else min(fixed)
+            for engine, (seconds, tokens, steps, per_arm) in rows.items():
+                shares = ";".join(f"{n}={c / steps:.2f}" for n, c in zip(names, per_arm) if c)
+                row = [stream, engine, len(calls), tokens, round(seconds, 4), round(tokens / seconds, 1),
+                       round(best_s[stream] / seconds, 3), round(tokens / steps, 3), shares]
+                writer.writerow(row)
+                results.append((stream, engine, row[6]))
+                print(*row, sep="\t", flush=True)
+    summarise(results, out / "selection_replay_summary.csv")
+
+
+def summarise(results: list[tuple[str, str, float]], path: Path) -> None:
+    """Per selector (its spec without ``:seed=…``) and calibrated costs: the mean and the smallest ``vs_best_fixed``
+    over its seeds in each stream, printed and written to ``path``."""
+    groups = {}
+    for stream, engine, ratio in results:
+        if not engine.startswith("fixed"):
+            spec, costs = engine.rsplit(" (", 1)
+            groups.setdefault((spec.split(":seed=")[0], costs.rstrip(")")), {}).setdefault(stream, []).append(ratio)
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["selector", "calibrated", "stream", "seeds", "mean_vs_best_fixed", "min_vs_best_fixed"])
+        for (spec, costs), streams in groups.items():
+            for stream, ratios in streams.items():
+                writer.writerow([spec, costs, stream, len(ratios), round(sum(ratios) / len(ratios), 3), min(ratios)])
+            print(f"{spec} ({costs}):", "  ".join(f"{stream}={sum(r) / len(r):.3f}[{min(r):.3f}]"
+                                                 for stream, r in streams.items()), flush=True)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+"""benchmarks.selection_replay's traces: what every arm gets accepted at each committed length, from one generate and
+one forward per draft, must be what flashspec's steps get accepted when that arm drafts every step."""
+
+import pytest
+import torch
+
+from benchmarks.selection_replay import replay, trace
+from flashspec_hf import FixedArm, PromptLookup
+
+from .conftest import tiny_llama
+
+GAMMA, NEW = 4, 24
+
+
+@pytest.fixture(scope="module")
+def pool(target):
+    """A draft sharing the target's first layer (agrees often), an unrelated one, prompt lookup."""
+    near = tiny_llama(layers=1, seed=0, peak=8.0)
+    near.load_state_dict(target.state_dict(), strict=False)
+    return [near, tiny_llama(layers=1, seed=3, peak=8.0)]
+
+
+@pytest.mark.parametrize("prompt", [[5, 17, 33, 8, 90, 41, 7], [12, 60, 12, 60, 12]])
+@pytest.mark.parametrize("cache_implementation", ["static", "dynamic"])
+def test_trace_counts_are_the_accepted_drafts_of_each_fixed_arm(target, pool, prompt, cache_implementation):
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        got = trace(target, pool, ids, NEW, GAMMA)
+    assert len(got["counts"]) == 4 and got["start"] == len(prompt)
+    for arm in range(3):  # the drafts, then prompt lookup
+        target.generate(ids, max_new_tokens=NEW, do_sample=False, flashspec=True, num_assistant_tokens=GAMMA,
+                        assistant_models=[*pool, PromptLookup()], selector=FixedArm(arm),
+                        cache_implementation=cache_implementation)
+        stats = target.flashspec_stats
+        t, expected = got["start"], []
+        for gamma in stats.step_gammas:  # 0: the dynamic backend's lookup found no match, a plain step
+            expected.append([got["counts"][arm][t - got["start"]] if gamma else 0])
+            t += expected[-1][0] + 1
+        assert stats.step_accepted == expected
+    assert set(got["counts"][3]) == {0}
+    assert max(got["counts"][0]) > 0, "the near draft agrees somewhere: the comparison is not vacuous"
+
+
+def test_replay_emits_each_call_once_whatever_the_arm(target, pool):
+    """Replayed through any fixed arm, a call emits the trace's tokens, in fewer steps the more the arm accepts."""
+    with torch.no_grad():
+        calls = [trace(target, pool, torch.tensor([p]), NEW, GAMMA) for p in ([5, 17, 33, 8], [12, 60, 12, 60])]
+    want = sum(c["length"] - c["start"] for c in calls)
+    results = [replay(FixedArm(a), calls, [1.0] * 4, [1.0] * 4, [GAMMA] * 3 + [0], True, NEW) for a in range(4)]
+    assert all(tokens == want for _, tokens, _, _ in results)
+    assert results[3][2] == want and results[0][2] < want  # plain: a step per token; the near draft: fewer
