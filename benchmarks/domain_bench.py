@@ -1,20 +1,25 @@
 """Real prompts, B = 1, EOS on, per domain: tokens/s of stock generate with a static cache (compiled), flashspec's
 ``default`` (what a user gets: the bundled drafts plus prompt lookup under the default cost-aware selector, with its
-plain-decoding arm) and every fixed arm of that pool, on the same prompts in the same run.
+plain-decoding arm), other selectors over the same pool (``--selectors``) and every fixed arm of that pool, on the
+same prompts in the same run.
 
 SmolLM2-135M-Instruct (the bundled GGUF, or ``FLASHSPEC_SMOLLM2_GGUF_DIR``), held-out prompts from a corpus file
 (``{"eval": {domain: [prompt, ...]}}``, draft_release/build_distill_corpus.py), each left-padded or cut to
 ``--prompt-len`` tokens so every call has one shape. Per (domain, engine): tokens/s over the domain's prompts
 (all new tokens / all seconds, after one warm-up call on the first prompt), τ, the arms' shares, and per arm that
 drafted its median step time as run against its calibrated cost (``step_ms``: ``arm=run/calibrated`` in ms; the
-calibration only for cost-aware selectors). Writes OUT/domain_bench.csv, .png and .env.txt.
+calibration only for cost-aware selectors), and where a flashspec call's time went, per call (ms): ``setup_ms``
+(caches, prefills, calibration), ``steps_ms`` (the steps' GPU time, CUDA events) and ``other_ms`` (the rest of the
+call's wall time: the GPU waiting for the host between steps, and generate's own work). ``--repeats`` runs it all
+again with fresh selectors. Writes OUT/domain_bench.csv, .png and .env.txt.
 
-    python -m benchmarks.domain_bench --corpus corpus.json.gz --out DIR
+    python -m benchmarks.domain_bench --corpus corpus.json.gz --out DIR [--selectors default,cost_aware_ucb1]
 """
 
 import argparse
 import csv
 import gzip
+import itertools
 import json
 import statistics
 import time
@@ -23,12 +28,14 @@ from pathlib import Path
 import torch
 import transformers
 
-from flashspec_hf import FixedArm, PromptLookup
+from flashspec_hf import SELECTORS, FixedArm, PromptLookup
+from flashspec_hf.selection import make_selector
 from flashspec_hf.models import distilled_assistants, load_target
 
-from . import default_selector
+from . import VARIANTS, default_selector
 
-COLUMNS = ["domain", "engine", "prompts", "new_tokens", "seconds", "tok_s", "vs_static", "tau", "shares", "step_ms"]
+COLUMNS = ["repeat", "domain", "engine", "prompts", "new_tokens", "seconds", "tok_s", "vs_static", "tau", "shares",
+           "step_ms", "setup_ms", "steps_ms", "other_ms"]
 
 
 def parse_args():
@@ -40,12 +47,34 @@ def parse_args():
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--dtype", default="bfloat16")
-    return p.parse_args()
+    p.add_argument("--selectors", default="default,default conservative",
+                   help="comma-separated: 'default', 'default <variant>' (benchmarks.VARIANTS) or a SELECTORS name")
+    p.add_argument("--repeats", type=int, default=1, help="passes over every domain, each with fresh selectors")
+    args = p.parse_args()
+    for name in args.selectors.split(","):
+        selector(name)  # an unknown name fails before the model loads
+    return args
 
 
-def engines(assistants: list) -> dict[str, dict]:
-    """generate kwargs per engine: stock static, default, default with the conservative guard (δ = 0.05), and each
-    fixed arm of the default pool."""
+def selector(name: str):
+    """A fresh selector for an engine name: ``default``, ``default <variant>`` or a :data:`SELECTORS` name.
+
+    Raises:
+        ValueError: none of those.
+    """
+    if name == "default":
+        return default_selector()
+    if name.startswith("default ") and name[len("default "):] in VARIANTS:
+        return default_selector(name[len("default "):])
+    if name in SELECTORS:
+        return make_selector(name)
+    raise ValueError(f"unknown selector engine {name!r}: use 'default', 'default <variant>' with a variant in "
+                     f"{sorted(VARIANTS)}, or one of {sorted(SELECTORS)}")
+
+
+def engines(assistants: list, selectors: list[str]) -> dict[str, dict]:
+    """generate kwargs per engine: stock static, each of ``selectors`` (fresh, see :func:`selector`) over the default
+    pool, and each fixed arm of that pool."""
     pool = [*assistants, PromptLookup()]
     fixed = {
         f"fixed {getattr(a, 'name', None) or a.config.name_or_path}": dict(assistant_models=pool, selector=FixedArm(i),
@@ -54,8 +83,7 @@ def engines(assistants: list) -> dict[str, dict]:
     }
     return {
         "stock static": dict(cache_implementation="static"),
-        "default": dict(assistant_models=pool, selector=default_selector(), flashspec=True),
-        "default conservative": dict(assistant_models=pool, selector=default_selector("conservative"), flashspec=True),
+        **{name: dict(assistant_models=pool, selector=selector(name), flashspec=True) for name in selectors},
         **fixed,
     }
 
@@ -79,6 +107,33 @@ def timed(model, ids, mask, new_tokens, kwargs) -> tuple[torch.Tensor, float]:
     return out, time.perf_counter() - start
 
 
+def measure(model, enc: list, new_tokens: int, kwargs: dict) -> dict:
+    """One engine over a domain's prompts (after a warm-up call on the first): tokens/s, τ, the arms' shares, their
+    step times, and per call the mean set-up, steps and other time (ms; flashspec only)."""
+    timed(model, enc[0].input_ids, enc[0].attention_mask, new_tokens, kwargs)  # warm-up
+    new, seconds, steps, emitted, shares, step_s, parts = 0, 0.0, 0, 0, {}, {}, [0.0, 0.0, 0.0]
+    for e in enc:
+        out, call_s = timed(model, e.input_ids, e.attention_mask, new_tokens, kwargs)
+        new += out.shape[1] - e.input_ids.shape[1]
+        seconds += call_s
+        if kwargs.get("flashspec"):
+            stats = model.flashspec_stats
+            steps, emitted = steps + stats.steps, emitted + stats.new_tokens
+            for name, share in stats.arm_share.items():
+                shares[name] = shares.get(name, 0.0) + share * stats.steps
+            for arm, s_ in zip(stats.step_arms, stats.step_seconds):
+                step_s.setdefault(arm, []).append(s_)
+            in_steps = sum(stats.step_seconds)
+            for i, part in enumerate((stats.setup_seconds, in_steps, call_s - stats.setup_seconds - in_steps)):
+                parts[i] += 1000 * part / len(enc)
+    flash = bool(kwargs.get("flashspec"))
+    return dict(prompts=len(enc), new_tokens=new, seconds=round(seconds, 3), tok_s=round(new / seconds, 1),
+                tau=round(emitted / steps, 3) if steps else 1.0,
+                shares=";".join(f"{k}={v / steps:.2f}" for k, v in shares.items() if v) if steps else "",
+                step_ms=step_times(kwargs.get("selector"), model, step_s),
+                **{k: round(v, 2) if flash else "" for k, v in zip(("setup_ms", "steps_ms", "other_ms"), parts)})
+
+
 def main():
     args = parse_args()
     out_dir = Path(args.out)
@@ -92,31 +147,14 @@ def main():
     with open(out_dir / "domain_bench.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, COLUMNS)
         writer.writeheader()
-        for domain in args.domains.split(","):
+        for repeat, domain in itertools.product(range(args.repeats), args.domains.split(",")):
             enc = [tokenizer([p], return_tensors="pt", padding="max_length", truncation=True,
                              max_length=args.prompt_len).to(device) for p in prompts[domain][: args.num_prompts]]
             static_rate = None
-            for engine, kwargs in engines(assistants).items():
-                timed(model, enc[0].input_ids, enc[0].attention_mask, args.max_new_tokens, kwargs)  # warm-up
-                new, seconds, steps, emitted, shares, step_s = 0, 0.0, 0, 0, {}, {}
-                for e in enc:
-                    out, s = timed(model, e.input_ids, e.attention_mask, args.max_new_tokens, kwargs)
-                    new += out.shape[1] - e.input_ids.shape[1]
-                    seconds += s
-                    if kwargs.get("flashspec"):
-                        stats = model.flashspec_stats
-                        steps, emitted = steps + stats.steps, emitted + stats.new_tokens
-                        for name, share in stats.arm_share.items():
-                            shares[name] = shares.get(name, 0.0) + share * stats.steps
-                        for arm, s_ in zip(stats.step_arms, stats.step_seconds):
-                            step_s.setdefault(arm, []).append(s_)
-                rate = new / seconds
-                static_rate = rate if engine == "stock static" else static_rate
-                row = dict(domain=domain, engine=engine, prompts=len(enc), new_tokens=new, seconds=round(seconds, 3),
-                           tok_s=round(rate, 1), vs_static=round(rate / static_rate, 3),
-                           tau=round(emitted / steps, 3) if steps else 1.0,
-                           shares=";".join(f"{k}={v / steps:.2f}" for k, v in shares.items() if v) if steps else "",
-                           step_ms=step_times(kwargs.get("selector"), model, step_s))
+            for engine, kwargs in engines(assistants, args.selectors.split(",")).items():
+                row = dict(repeat=repeat, domain=domain, engine=engine, **measure(model, enc, args.max_new_tokens, kwargs))
+                static_rate = row["tok_s"] if engine == "stock static" else static_rate
+                row["vs_static"] = round(row["tok_s"] / static_rate, 3)
                 rows.append(row)
                 writer.writerow(row)
                 f.flush()
@@ -124,7 +162,7 @@ def main():
     env = [f"device: {torch.cuda.get_device_name() if device == 'cuda' else 'cpu'}",
            f"torch {torch.__version__}, transformers {transformers.__version__}", f"date: {time.strftime('%F %H:%M')}",
            f"SmolLM2-135M-Instruct {args.dtype}, B=1, greedy, EOS on, prompt_len={args.prompt_len} (padded/cut), "
-           f"max_new_tokens={args.max_new_tokens}, {args.num_prompts} prompts per domain"]
+           f"max_new_tokens={args.max_new_tokens}, {args.num_prompts} prompts per domain, {args.repeats} repeat(s)"]
     (out_dir / "domain_bench.env.txt").write_text("\n".join(env) + "\n")
     plot(rows, out_dir / "domain_bench.png")
 
@@ -140,7 +178,8 @@ def plot(rows, path):
     fig, ax = plt.subplots(figsize=(9, 4.5))
     width = 0.8 / len(names)
     for i, name in enumerate(names):
-        rates = [next((r["tok_s"] for r in rows if r["domain"] == d and r["engine"] == name), 0) for d in domains]
+        rates = [statistics.fmean(r["tok_s"] for r in rows if r["domain"] == d and r["engine"] == name)
+                 for d in domains]  # mean over repeats
         ax.bar([j + i * width for j in range(len(domains))], rates, width, label=name)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(domains))], domains)
     ax.set(ylabel="tokens/s (B = 1, EOS on)", title="SmolLM2-135M, real prompts: default vs each fixed arm vs stock")

@@ -11,7 +11,7 @@
 #      (stock eager, stock static, default), bf16 at QWEN_BATCHES (stock static, default), code and chat prompts
 #   4. SmolLM2-135M (once /tmp/gguf/s0, s1 and its drafts are there): stock static and default at SMOLLM2_BATCHES
 #      (1,8,32,64; SMOLLM2_ENGINES, SMOLLM2_ARGS) within E2E_BUDGET_S (420) seconds, then benchmarks/domain_bench
-#      (real prompts, B = 1, EOS on: default against every fixed arm)
+#      (real prompts, B = 1, EOS on: default against every fixed arm; DOMAIN_ARGS, default --num-prompts 6)
 #   5. the TinyLlama-shape e2e grid: TINY_ENGINES (stock static, fixed and default) at B = 1 (TINY_ARGS, e.g.
 #      --profile); static and default at TINY_BATCHES (64; set empty to skip)
 #   6. benchmarks/kernel_tune on KERNEL_TUNE_CASES (batch:vocab pairs), when set
@@ -60,7 +60,7 @@ smollm2() {
 domains() {
   smollm2_ready || return
   ( . benchmarks/gpu_smollm2_env.sh
-    python3 -m benchmarks.domain_bench --corpus .carry/c/corpus.json.gz --num-prompts 6 --out /tmp/gs
+    python3 -m benchmarks.domain_bench --corpus .carry/c/corpus.json.gz --out /tmp/gs ${DOMAIN_ARGS:---num-prompts 6}
   ) >/tmp/gs/domain_bench.log 2>&1
 }
 tiny() {
