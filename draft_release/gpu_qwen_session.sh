@@ -8,8 +8,8 @@
 #   stash      copy the carried .carry/ and flashspec_hf/assistants/ (drafts) to /tmp/carry and /tmp/drafts
 #   convert    join the pieces, stash, and convert the GGUF (bf16) in the background; /tmp/convert.done once
 #              converted and the corpus is stashed (it may come in a later stash call, within 10 minutes)
-#   poll S     wait up to S (30) seconds for the background pipeline (/tmp/gs/done); copy /tmp/gs to $OUT (a call
-#              brings back a limited number of files: copy only the new ones when many are there), show log tails
+#   poll S     wait up to S (30) seconds for the background pipeline (/tmp/gs/done); pack /tmp/gs into one file,
+#              $OUT/gs.tgz (a call brings back 8 files at most), show log tails
 #   distill    join the pieces, then in the background: convert (bf16), continue the corpus .carry/q/corpus.json.gz
 #              (build_distill_corpus.py) greedily and distil one draft per domain (distill_drafts.py -> /tmp/dout;
 #              VARIANTS 1x1920, DOMAINS code,chat, DISTILL_STEPS 3000, CONT_BATCH 256 unless set)
@@ -36,7 +36,7 @@ convert)
   sleep 5; cat /tmp/convert.log ;;
 poll)
   for _ in $(seq "${2:-30}"); do [ -e /tmp/gs/done ] && break; sleep 1; done
-  cp /tmp/gs/* "$OUT"/ 2>/dev/null; tail -n 2 /tmp/gs/*.log /tmp/convert.log 2>/dev/null | cut -c1-300 ;;
+  tar czf "$OUT/gs.tgz" -C /tmp/gs .; tail -n 2 /tmp/gs/*.log /tmp/convert.log 2>/dev/null | cut -c1-300 ;;
 distill)
   . draft_release/gpu_qwen_env.sh  # joins the pieces, installs the gguf wheel, sets the preset's GGUF folder
   mkdir -p /tmp/dout
