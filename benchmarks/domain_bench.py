@@ -5,10 +5,11 @@ same prompts in the same run.
 
 SmolLM2-135M-Instruct (the bundled GGUF, or ``FLASHSPEC_SMOLLM2_GGUF_DIR``), held-out prompts from a corpus file
 (``{"eval": {domain: [prompt, ...]}}``, draft_release/build_distill_corpus.py), each left-padded or cut to
-``--prompt-len`` tokens so every call has one shape. Per (domain, engine): tokens/s over the domain's prompts
-(all new tokens / all seconds, after one warm-up call on the first prompt), τ, the arms' shares, and per arm that
-drafted its median step time as run against its calibrated cost (``step_ms``: ``arm=run/calibrated`` in ms; the
-calibration only for cost-aware selectors), and where a flashspec call's time went, per call (ms): ``setup_ms``
+``--prompt-len`` tokens so every call has one shape. The engines take turns prompt by prompt, so that a machine's
+drift falls on all alike. Per (domain, engine): tokens/s over the domain's prompts (all new tokens / all seconds,
+after one warm-up call on the first prompt), τ, the arms' shares, and per arm that drafted its median step time
+as run against its calibrated cost (``step_ms``: ``arm=run/calibrated`` in ms; the calibration only for cost-aware
+selectors), and where a flashspec call's time went, per call (ms): ``setup_ms``
 (host time before the first step: caches, the prefills' launches, the calibration on a set-up's first call),
 ``steps_ms`` (the reported steps, each from its start mark, recorded before the selector chooses, to its end: on CUDA
 event intervals, so the GPU's idle time between steps is not in them) and ``other_ms`` (the rest of the call's wall
@@ -92,12 +93,11 @@ def engines(assistants: list, selectors: list[str]) -> dict[str, dict]:
     }
 
 
-def step_times(selector, model, seconds: dict[int, list[float]]) -> str:
-    """``arm=run/calibrated`` per arm that drafted: its median step time as run and its calibrated step time (ms;
-    ``-`` where the selector was not cost-aware); empty for stock."""
+def step_times(selector, names: list[str], seconds: dict[int, list[float]]) -> str:
+    """``arm=run/calibrated`` per arm that drafted (``names``: the calls' arm names): its median step time as run and
+    its calibrated step time (ms; ``-`` where the selector was not cost-aware); empty for stock."""
     if not seconds:
         return ""
-    names = model.flashspec_stats.arm_names
     calibrated = selector.costs if selector is not None and selector.cost_aware else None
     return ";".join(f"{names[a]}={1000 * statistics.median(s):.2f}/"
                     + (f"{1000 * calibrated[a]:.2f}" if calibrated else "-") for a, s in sorted(seconds.items()))
@@ -111,32 +111,54 @@ def timed(model, ids, mask, new_tokens, kwargs) -> tuple[torch.Tensor, float]:
     return out, time.perf_counter() - start
 
 
-def measure(model, enc: list, new_tokens: int, kwargs: dict) -> dict:
-    """One engine over a domain's prompts (after a warm-up call on the first): tokens/s, τ, the arms' shares, their
-    step times, and per call the mean set-up, steps and other time (ms; flashspec only)."""
-    timed(model, enc[0].input_ids, enc[0].attention_mask, new_tokens, kwargs)  # warm-up
-    new, seconds, steps, emitted, shares, step_s, parts = 0, 0.0, 0, 0, {}, {}, [0.0, 0.0, 0.0]
+class Tally:
+    """One engine's calls over a domain's prompts: new tokens, seconds and, for flashspec, what its statistics say."""
+
+    def __init__(self, kwargs: dict):
+        self.kwargs, self.calls, self.new, self.seconds = kwargs, 0, 0, 0.0
+        self.steps, self.emitted, self.shares, self.step_s, self.names = 0, 0, {}, {}, []
+        self.parts = [0.0, 0.0, 0.0]  # set-up, steps, other (s, summed over calls)
+
+    def add(self, new: int, seconds: float, stats) -> None:
+        """One timed call: its new tokens, wall seconds and ``model.flashspec_stats`` (None for stock)."""
+        self.calls, self.new, self.seconds = self.calls + 1, self.new + new, self.seconds + seconds
+        if stats is None:
+            return
+        self.steps, self.emitted = self.steps + stats.steps, self.emitted + stats.new_tokens
+        self.names = stats.arm_names
+        for name, share in stats.arm_share.items():
+            self.shares[name] = self.shares.get(name, 0.0) + share * stats.steps
+        for arm, s in zip(stats.step_arms, stats.step_seconds):
+            self.step_s.setdefault(arm, []).append(s)
+        in_steps = sum(stats.step_seconds)
+        for i, part in enumerate((stats.setup_seconds, in_steps, seconds - stats.setup_seconds - in_steps)):
+            self.parts[i] += part
+
+    def row(self) -> dict:
+        """tokens/s, τ, the arms' shares, their step times, and per call the mean set-up, steps and other time (ms;
+        flashspec only)."""
+        flash = bool(self.kwargs.get("flashspec"))
+        steps = self.steps or 1
+        return dict(prompts=self.calls, new_tokens=self.new, seconds=round(self.seconds, 3),
+                    tok_s=round(self.new / self.seconds, 1), tau=round(self.emitted / steps, 3) if self.steps else 1.0,
+                    shares=";".join(f"{k}={v / steps:.2f}" for k, v in self.shares.items() if v),
+                    step_ms=step_times(self.kwargs.get("selector"), self.names, self.step_s),
+                    **{k: round(1000 * v / self.calls, 2) if flash else ""
+                       for k, v in zip(("setup_ms", "steps_ms", "other_ms"), self.parts)})
+
+
+def run_domain(model, enc: list, new_tokens: int, runs: dict[str, dict]) -> dict[str, Tally]:
+    """Every engine over a domain's prompts, interleaved prompt by prompt (so that a machine's drift over the run
+    falls on every engine alike), after one warm-up call each on the first prompt."""
+    for kwargs in runs.values():
+        timed(model, enc[0].input_ids, enc[0].attention_mask, new_tokens, kwargs)
+    tallies = {name: Tally(kwargs) for name, kwargs in runs.items()}
     for e in enc:
-        out, call_s = timed(model, e.input_ids, e.attention_mask, new_tokens, kwargs)
-        new += out.shape[1] - e.input_ids.shape[1]
-        seconds += call_s
-        if kwargs.get("flashspec"):
-            stats = model.flashspec_stats
-            steps, emitted = steps + stats.steps, emitted + stats.new_tokens
-            for name, share in stats.arm_share.items():
-                shares[name] = shares.get(name, 0.0) + share * stats.steps
-            for arm, s_ in zip(stats.step_arms, stats.step_seconds):
-                step_s.setdefault(arm, []).append(s_)
-            in_steps = sum(stats.step_seconds)
-            for i, part in enumerate((stats.setup_seconds, in_steps, call_s - stats.setup_seconds - in_steps)):
-                parts[i] += 1000 * part / len(enc)
-    flash = bool(kwargs.get("flashspec"))
-    return dict(prompts=len(enc), new_tokens=new, seconds=round(seconds, 3), exact_seconds=seconds,
-                tok_s=round(new / seconds, 1),
-                tau=round(emitted / steps, 3) if steps else 1.0,
-                shares=";".join(f"{k}={v / steps:.2f}" for k, v in shares.items() if v) if steps else "",
-                step_ms=step_times(kwargs.get("selector"), model, step_s),
-                **{k: round(v, 2) if flash else "" for k, v in zip(("setup_ms", "steps_ms", "other_ms"), parts)})
+        for name, kwargs in runs.items():
+            out, seconds = timed(model, e.input_ids, e.attention_mask, new_tokens, kwargs)
+            tallies[name].add(out.shape[1] - e.input_ids.shape[1], seconds,
+                              model.flashspec_stats if kwargs.get("flashspec") else None)
+    return tallies
 
 
 def main():
@@ -155,13 +177,11 @@ def main():
         for repeat, domain in itertools.product(range(args.repeats), args.domains.split(",")):
             enc = [tokenizer([p], return_tensors="pt", padding="max_length", truncation=True,
                              max_length=args.prompt_len).to(device) for p in prompts[domain][: args.num_prompts]]
-            static_rate = None
-            for engine, kwargs in engines(assistants, args.selectors.split(",")).items():
-                row = dict(repeat=repeat, domain=domain, engine=engine,
-                           **measure(model, enc, args.max_new_tokens, kwargs))
-                rate = row["new_tokens"] / row.pop("exact_seconds")
-                static_rate = rate if engine == "stock static" else static_rate
-                row["vs_static"] = round(rate / static_rate, 3)
+            tallies = run_domain(model, enc, args.max_new_tokens, engines(assistants, args.selectors.split(",")))
+            static = tallies["stock static"]
+            for engine, tally in tallies.items():
+                row = dict(repeat=repeat, domain=domain, engine=engine, **tally.row(),
+                           vs_static=round(tally.new / tally.seconds / (static.new / static.seconds), 3))
                 rows.append(row)
                 writer.writerow(row)
                 f.flush()
