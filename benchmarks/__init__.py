@@ -1,20 +1,35 @@
 """Benchmarks (run as ``python -m benchmarks.<name>``) and what they share."""
 
+import random
+
 from flashspec_hf import SELECTORS
 
 DEFAULT_SELECTOR = "cost_aware_discounted_thompson"
 """The selector a user gets (``flashspec-demo``, ``flashspec-eval``, the README's pool)."""
 
 
-VARIANTS = {"conservative": dict(conservative=0.05), "prompt prior": dict(prompt_weight=16.0)}
-"""Changes to the default the benchmarks compare it with: the conservative guard at δ = 0.05 (opt-in, 2026-12-05),
-and reading the prompt with a weight of 16 (the default until 2026-12-04)."""
+def selector_from_spec(spec: str = "default"):
+    """A fresh selector from ``name[:attr=value]...``: ``name`` is ``default`` (:data:`DEFAULT_SELECTOR`) or a name in
+    ``flashspec_hf.SELECTORS``; each ``attr=value`` is set after construction (a float, or ``None``), and ``seed=N``
+    reseeds the selector's own generator (Thompson sampling, Hedge). The variants the benchmarks compare the default
+    with: ``default:conservative=0.05`` (the conservative guard, opt-in since 2026-12-05) and
+    ``default:prompt_weight=16`` (reading the prompt, the default until 2026-12-04).
 
-
-def default_selector(variant: str | None = None):
-    """A fresh :data:`DEFAULT_SELECTOR` from ``flashspec_hf.SELECTORS``, or the same with a :data:`VARIANTS` change
-    (attributes set after construction)."""
-    selector = SELECTORS[DEFAULT_SELECTOR]()
-    for name, value in (VARIANTS[variant] if variant else {}).items():
-        setattr(selector, name, value)
+    Raises:
+        ValueError: an unknown name, or a setting not written ``attr=value``.
+    """
+    name, *settings = spec.split(":")
+    name = DEFAULT_SELECTOR if name == "default" else name
+    if name not in SELECTORS:
+        raise ValueError(f"unknown selector {name!r} in {spec!r}: use 'default' or one of {sorted(SELECTORS)}, "
+                         "optionally followed by :attr=value settings")
+    selector = SELECTORS[name]()
+    for setting in settings:
+        attr, sep, value = setting.partition("=")
+        if not sep:
+            raise ValueError(f"selector setting {setting!r} in {spec!r} is not written attr=value")
+        if attr == "seed":
+            selector.rng = random.Random(int(value))
+        else:
+            setattr(selector, attr, None if value == "None" else float(value))
     return selector

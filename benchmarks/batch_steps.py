@@ -19,7 +19,7 @@ import torch
 from flashspec_hf import FixedArm, PromptLookup
 from flashspec_hf.models import distilled_assistants, load_target
 
-from . import default_selector
+from . import selector_from_spec
 from .e2e_bench import PRESETS
 
 
@@ -60,7 +60,7 @@ def main():
     wanted = args.arms.split(",") if args.arms else [*names, "default"]
     rows = []
     for name in wanted:
-        selector = default_selector() if name == "default" else FixedArm(names.index(name))
+        selector = selector_from_spec() if name == "default" else FixedArm(names.index(name))
         steps = row_steps(model, enc, pool, selector, args.max_new_tokens)
         rows.append(dict(arm=name, batch=args.batch, batch_steps=max(steps), row_steps_mean=statistics.mean(steps),
                          row_steps_median=statistics.median(steps), tau=round(model.flashspec_stats.tau, 3)))

@@ -33,11 +33,10 @@ from pathlib import Path
 import torch
 import transformers
 
-from flashspec_hf import SELECTORS, FixedArm, PromptLookup
-from flashspec_hf.selection import make_selector
+from flashspec_hf import FixedArm, PromptLookup
 from flashspec_hf.models import distilled_assistants, load_target
 
-from . import VARIANTS, default_selector
+from . import selector_from_spec
 
 COLUMNS = ["repeat", "domain", "engine", "prompts", "new_tokens", "seconds", "tok_s", "vs_static", "tau", "shares",
            "step_ms", "setup_ms", "steps_ms", "other_ms"]
@@ -52,34 +51,18 @@ def parse_args():
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--selectors", default="default,default conservative",
-                   help="comma-separated: 'default', 'default <variant>' (benchmarks.VARIANTS) or a SELECTORS name")
+    p.add_argument("--selectors", default="default,default:conservative=0.05",
+                   help="comma-separated benchmarks.selector_from_spec specs, e.g. default,cost_aware_ucb1")
     p.add_argument("--repeats", type=int, default=1, help="passes over every domain, each with fresh selectors")
     args = p.parse_args()
     for name in args.selectors.split(","):
-        selector(name)  # an unknown name fails before the model loads
+        selector_from_spec(name)  # an unknown name fails before the model loads
     return args
 
 
-def selector(name: str):
-    """A fresh selector for an engine name: ``default``, ``default <variant>`` or a :data:`SELECTORS` name.
-
-    Raises:
-        ValueError: none of those.
-    """
-    if name == "default":
-        return default_selector()
-    if name.startswith("default ") and name[len("default "):] in VARIANTS:
-        return default_selector(name[len("default "):])
-    if name in SELECTORS:
-        return make_selector(name)
-    raise ValueError(f"unknown selector engine {name!r}: use 'default', 'default <variant>' with a variant in "
-                     f"{sorted(VARIANTS)}, or one of {sorted(SELECTORS)}")
-
-
 def engines(assistants: list, selectors: list[str]) -> dict[str, dict]:
-    """generate kwargs per engine: stock static, each of ``selectors`` (fresh, see :func:`selector`) over the default
-    pool, and each fixed arm of that pool."""
+    """generate kwargs per engine: stock static, each of ``selectors`` (fresh, from
+    :func:`benchmarks.selector_from_spec`) over the default pool, and each fixed arm of that pool."""
     pool = [*assistants, PromptLookup()]
     fixed = {
         f"fixed {getattr(a, 'name', None) or a.config.name_or_path}": dict(assistant_models=pool, selector=FixedArm(i),
@@ -88,7 +71,8 @@ def engines(assistants: list, selectors: list[str]) -> dict[str, dict]:
     }
     return {
         "stock static": dict(cache_implementation="static"),
-        **{name: dict(assistant_models=pool, selector=selector(name), flashspec=True) for name in selectors},
+        **{name: dict(assistant_models=pool, selector=selector_from_spec(name), flashspec=True)
+           for name in selectors},
         **fixed,
     }
 

@@ -31,17 +31,16 @@ import argparse
 import csv
 import gzip
 import json
-import random
 from collections import deque
 from pathlib import Path
 
 import torch
 
-from flashspec_hf import SELECTORS, FixedArm, PromptLookup
+from flashspec_hf import FixedArm, PromptLookup
 from flashspec_hf.backends import MAX_IN_FLIGHT
 from flashspec_hf.models import distilled_assistants, load_target
 
-from . import DEFAULT_SELECTOR
+from . import DEFAULT_SELECTOR, selector_from_spec
 
 HOST_SKEW = {"draft": 1.43, "prompt_lookup": 1.0, "plain": 1.0}
 """Host-timed calibrated cost per arm kind, relative to a lookup step (H200, SmolLM2-135M, B = 1, 2026-12-05)."""
@@ -64,22 +63,9 @@ def parse_args():
                    help="step time of an arm under a selector that switches, over the same arm fixed (H100, "
                         "domain_bench at 689a21c: a draft model's step 2.58 ms against 2.53)")
     p.add_argument("--selectors", default="default",
-                   help=f"comma-separated names in flashspec_hf.SELECTORS (default: {DEFAULT_SELECTOR}), each optionally "
-                        "with attributes set after construction: name:attr=value:attr=value")
+                   help=f"comma-separated benchmarks.selector_from_spec specs: name[:attr=value]... (default: "
+                        f"{DEFAULT_SELECTOR}; seed=N reseeds its generator)")
     return p.parse_args()
-
-
-def make(spec: str):
-    """A fresh selector from ``name[:attr=value]...`` (``default``: :data:`~benchmarks.DEFAULT_SELECTOR`)."""
-    name, *settings = spec.split(":")
-    selector = SELECTORS[DEFAULT_SELECTOR if name == "default" else name]()
-    for setting in settings:
-        attr, value = setting.split("=")
-        if attr == "seed":  # the selector's own generator (Thompson sampling, Hedge)
-            selector.rng = random.Random(int(value))
-        else:
-            setattr(selector, attr, None if value == "None" else float(value))
-    return selector
 
 
 def leading(hits: list[bool]) -> int:
@@ -171,7 +157,7 @@ def main():
     given = {"run": step_s, "host": [HOST_SKEW[k] * lookup_s for k in kinds]}
     engines = {f"fixed {n}": (lambda a=a: FixedArm(a), "run") for a, n in enumerate(names)}
     for spec in args.selectors.split(","):
-        engines |= {f"{spec} ({costs} costs)": (lambda spec=spec: make(spec), costs) for costs in given}
+        engines |= {f"{spec} ({costs} costs)": (lambda spec=spec: selector_from_spec(spec), costs) for costs in given}
     results = []  # (stream, engine, vs_best_fixed)
     with open(out / "selection_replay.csv", "w", newline="") as f:
         writer = csv.writer(f)

@@ -15,7 +15,7 @@ import torch
 
 from flashspec_hf import FixedArm
 
-from . import default_selector
+from . import selector_from_spec
 from flashspec_hf.data import builtin_prompts
 from flashspec_hf.drafts import PromptLookup
 from flashspec_hf.evaluation.run import evaluate
@@ -35,8 +35,8 @@ def parse_args():
 def runs(pool: list, fixed: bool) -> dict:
     """label -> a fresh selector instance, kept along the run."""
     settings = {
-        "default": default_selector,
-        "default conservative": lambda: default_selector("conservative"),
+        "default": selector_from_spec,
+        "default conservative": lambda: selector_from_spec("default:conservative=0.05"),
     }
     if fixed:
         for i, a in enumerate(pool):

@@ -268,7 +268,7 @@ def test_prefill_keeps_the_window_by_a_slice_on_a_split_model(device_map, kept):
 
 
 def test_prompt_weight_set_after_construction_turns_the_prior_on_and_off():
-    """What ``benchmarks.default_selector("prompt prior")`` relies on: ``prompt_weight`` may be set after
+    """What ``benchmarks.selector_from_spec("default:prompt_weight=16")`` relies on: ``prompt_weight`` may be set after
     construction; the default does not read the prompt."""
     selector = SELECTORS["cost_aware_discounted_thompson"]()
     assert not selector.wants_prior
