@@ -12,8 +12,8 @@ committed length ``t`` is a property of the text, not of the run:
 
 One stock greedy ``generate`` per prompt and one forward per draft model give every arm's count at every ``t``
 (``--traces``, default ``OUT/traces.pt``; made once, then reused). The replay then follows the static loop
-(:func:`flashspec_hf.decoding.decode`): the selector chooses each step (the session's first call warms every arm first, twice each: an eager use, then the
-capture), the step advances the row, its report reaches the selector ``MAX_IN_FLIGHT`` steps later, and the steps
+(:func:`flashspec_hf.decoding.decode`): the selector chooses each step (the session's first call warms every arm
+first, twice each: an eager use, then the capture), the step advances the row, its report reaches the selector ``MAX_IN_FLIGHT`` steps later, and the steps
 queued after the row finished still cost time. A step takes its arm's step time as run on the GPU (``--step-ms``);
 the selector is given calibrated costs: ``run`` (those times) or ``host`` (the skew of host-timed calibration
 measured on the H200 on 2026-12-05: a draft model's step 1.43× a lookup step, a plain step 1.00×). Per domain, as
