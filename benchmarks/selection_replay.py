@@ -13,16 +13,16 @@ committed length ``t`` is a property of the text, not of the run:
 One stock greedy ``generate`` per prompt and one forward per draft model give every arm's count at every ``t``
 (``--traces``, default ``OUT/traces.pt``; made once, then reused). The replay then follows the static loop
 (:func:`flashspec_hf.decoding.decode`): the selector chooses each step (the session's first call warms every arm
-first, twice each: an eager use, then the capture), the step advances the row, its report reaches the selector ``MAX_IN_FLIGHT`` steps later, and the steps
-queued after the row finished still cost time. A step takes its arm's step time as run on the GPU (``--step-ms``);
-the selector is given calibrated costs: ``run`` (those times) or ``host`` (the skew of host-timed calibration
-measured on the H200 on 2026-12-05: a draft model's step 1.43× a lookup step, a plain step 1.00×). Per domain, as
-``benchmarks.domain_bench`` runs it, and for a ``mixed`` stream of the domains' prompts in turn (one selector
-serving them all, as the demo's does) and a ``shift`` stream (every chat prompt, then every code prompt, then every
-prose prompt: a selector must follow the change): one selector per engine, a warm-up call on the first prompt, then
-every prompt (its seconds: the steps' plus ``--call-ms``); tokens/s, τ, arm shares, and ``vs_best_fixed``: the
-seconds of the best fixed arm on the same prompts over the engine's (for ``shift``, of each domain's best fixed arm,
-summed). Writes OUT/selection_replay.csv.
+first, twice each: an eager use, then the capture), the step advances the row, its report reaches the selector
+``MAX_IN_FLIGHT`` steps later, and the steps queued after the row finished still cost time. A step takes its arm's
+step time as run on the GPU (``--step-ms``); the selector is given calibrated costs: ``run`` (those times) or
+``host`` (the skew of host-timed calibration measured on the H200 on 2026-12-05: a draft model's step 1.43× a lookup
+step, a plain step 1.00×). Per domain, as ``benchmarks.domain_bench`` runs it, and for a ``mixed`` stream of the
+domains' prompts in turn (one selector serving them all, as the demo's does) and a ``shift`` stream (every chat
+prompt, then every code prompt, then every prose prompt: a selector must follow the change): one selector per
+engine, a warm-up call on the first prompt, then every prompt (its seconds: the steps' plus ``--call-ms``);
+tokens/s, τ, arm shares, and ``vs_best_fixed``: the seconds of the best fixed arm on the same prompts over the
+engine's (for ``shift``, of each domain's best fixed arm, summed). Writes OUT/selection_replay.csv.
 
     python -m benchmarks.selection_replay --corpus corpus.json.gz --out DIR [--selectors default,...]
 """
