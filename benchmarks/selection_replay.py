@@ -22,7 +22,9 @@ domains' prompts in turn (one selector serving them all, as the demo's does) and
 prompt, then every code prompt, then every prose prompt: a selector must follow the change): one selector per
 engine, a warm-up call on the first prompt, then every prompt (its seconds: the steps' plus ``--call-ms``);
 tokens/s, τ, arm shares, and ``vs_best_fixed``: the seconds of the best fixed arm on the same prompts over the
-engine's (for ``shift``, of each domain's best fixed arm, summed). Writes OUT/selection_replay.csv.
+engine's (for ``shift``, of each domain's best fixed arm, summed). A selector that takes side evidence
+(:mod:`flashspec_hf.evidence`) gets the draft models' censored counts after each step that drafted, as the static
+loop gathers them. Writes OUT/selection_replay.csv.
 
     python -m benchmarks.selection_replay --corpus corpus.json.gz --out DIR [--selectors default,...]
 """
@@ -95,14 +97,23 @@ def trace(model, assistants: list, ids: torch.Tensor, new_tokens: int, gamma: in
 
 
 def replay(selector, calls: list[dict], step_s: list[float], given_s: list[float], gammas: list[int],
-           warm: bool, max_new_tokens: int) -> tuple[float, int, int, list[int]]:
+           warm: bool, max_new_tokens: int, kept_current: list[bool] | None = None) -> tuple[float, int, int, list[int]]:
     """Run ``calls`` (traces) through ``selector`` as the static loop would (``warm``: the first call warms every
-    arm); returns (step seconds, new tokens, steps that emitted, steps that emitted per arm)."""
+    arm); returns (step seconds, new tokens, steps that emitted, steps that emitted per arm). A selector that takes
+    side evidence gets, after each step that drafted, the censored counts of the arms ``kept_current`` marks (the
+    draft models) other than the drafting one, as :class:`flashspec_hf.evidence.SideEvidence` gathers them."""
     seconds, tokens, steps, per_arm = 0.0, 0, 0, [0] * len(gammas)
+    kept_current = kept_current or [False] * len(gammas)
 
-    def report(arm: int, accepted: int, was_finished: bool, finished: bool) -> bool:
+    def report(arm: int, accepted: int, was_finished: bool, finished: bool, counts: list[int]) -> bool:
         if not was_finished:
             selector.update(arm, [accepted], gammas[arm])
+            if selector.side_evidence and gammas[arm]:
+                windows = [min(accepted + 1, g) for g in gammas]
+                agree = [min(c, w) if kept and a != arm else 0
+                         for a, (c, w, kept) in enumerate(zip(counts, windows, kept_current))]
+                selector.update_all(agree, [k + (k < w) if kept and a != arm else 0
+                                            for a, (k, w, kept) in enumerate(zip(agree, windows, kept_current))])
         return finished
 
     for call in calls:
@@ -114,13 +125,14 @@ def replay(selector, calls: list[dict], step_s: list[float], given_s: list[float
         for _ in range(max_new_tokens):
             arm = selector.choose(forced.pop(0) if forced else None)
             was_finished = t >= call["length"]
-            accepted = 0 if was_finished else min(call["counts"][arm][t - call["start"]], gammas[arm])
+            counts = [0 if was_finished else min(c[t - call["start"]], g) for c, g in zip(call["counts"], gammas)]
+            accepted = counts[arm]
             emitted = 0 if was_finished else min(accepted + 1, call["length"] - t)
             t += emitted
             seconds += step_s[arm]
             tokens, steps = tokens + emitted, steps + (emitted > 0)
             per_arm[arm] += emitted > 0
-            queue.append((arm, accepted, was_finished, t >= call["length"]))
+            queue.append((arm, accepted, was_finished, t >= call["length"], counts))
             while len(queue) > MAX_IN_FLIGHT:
                 done = report(*queue.popleft())
             if done:
@@ -140,6 +152,7 @@ def main():
     names = [getattr(a, "name", None) or a.config.name_or_path for a in assistants] + ["prompt_lookup", "plain"]
     kinds = ["draft"] * len(assistants) + ["prompt_lookup", "plain"]
     gammas = [args.gamma] * (len(names) - 1) + [0]
+    drafts = [kind == "draft" for kind in kinds]  # the arms kept current by the static loop (side evidence)
     path = Path(args.traces) if args.traces else out / "traces.pt"
     traces = torch.load(path) if path.exists() else {}
     prompts = json.load(gzip.open(args.corpus, "rt"))["eval"]
@@ -172,10 +185,10 @@ def main():
             rows = {}
             for engine, (build, costs) in engines.items():
                 selector = build()
-                replay(selector, calls[:1], step_s, given[costs], gammas, True, args.max_new_tokens)  # warm-up
+                replay(selector, calls[:1], step_s, given[costs], gammas, True, args.max_new_tokens, drafts)  # warm-up
                 factor = 1.0 if engine.startswith("fixed") else args.adaptive_step_factor
                 seconds, tokens, steps, per_arm = replay(selector, calls, [factor * s for s in step_s], given[costs],
-                                                         gammas, False, args.max_new_tokens)
+                                                         gammas, False, args.max_new_tokens, drafts)
                 rows[engine] = (seconds + args.call_ms / 1000 * len(calls), tokens, steps, per_arm)
             fixed = [seconds for engine, (seconds, *_) in rows.items() if engine.startswith("fixed")]
             best_s[stream] = sum(best_s[d] for d in domains) if stream == "shift" else min(fixed)

@@ -3,7 +3,8 @@
 An arm's step costs one target forward over ``γ + 1`` columns plus, for a draft model, ``γ`` one-column draft
 forwards (prompt lookup and plain decoding draft for free; a mixed arm, :class:`~flashspec_hf.drafts.LookupOrDraft`,
 pays its model's), plus, on the static backend, one ``γ + 1``-column forward of every other draft model it keeps
-current (a mixed arm's own model too; not early exits: they read the target's cache). Where those run on a side
+current (a mixed arm's own model too; not early exits: they read the target's cache), keeping ``γ`` logits when the
+step gathers side evidence (:mod:`~flashspec_hf.evidence`). Where those run on a side
 stream beside the target's forward (captured steps, :mod:`~flashspec_hf.streams`), the target's forward is timed
 with them running beside it; timed eagerly, its host launches included, so the overlap a captured step gains shows
 only in part. Each forward
@@ -41,7 +42,7 @@ REPEATS = 5
 
 def arm_costs(
     target: Runner, sources: list[DraftSource], arms: list[tuple[int, int]], columns: Columns, backend: str,
-    side_stream: torch.cuda.Stream | None = None,
+    side_stream: torch.cuda.Stream | None = None, evidence: bool = False,
 ) -> list[float]:
     """Step seconds of each arm, from the table kept on the target (calibrated now if this set-up has none).
 
@@ -50,6 +51,7 @@ def arm_costs(
         columns: the call's columns (the forwards read columns past the committed ones and are rewound).
         backend: the backend's name (a set-up key: graphs change the costs).
         side_stream: where the step runs its keep-current forwards beside the target's (None: in line).
+        evidence: whether the keep-current forwards keep their logits (side evidence).
 
     Returns:
         seconds per step, one per arm.
@@ -58,28 +60,29 @@ def arm_costs(
     mixed = {s: sources.index(source.model) for s, source in enumerate(sources) if isinstance(source, LookupOrDraft)}
     models = [target.model, *(runner.model for runner in drafts.values())]
     key = (backend, columns.tokens.shape[0], str(columns.tokens.device), tuple(type(s).__name__ for s in sources),
-           tuple(arms), parameters_fingerprint(models), rerouting(), side_stream is not None)
+           tuple(arms), parameters_fingerprint(models), rerouting(), side_stream is not None, evidence)
     kept = target.model.__dict__.setdefault("_flashspec_arm_costs", {})
     if key not in kept:
-        kept[key] = _calibrate(target, drafts, mixed, arms, columns, side_stream)
+        kept[key] = _calibrate(target, drafts, mixed, arms, columns, side_stream, evidence)
     return kept[key]
 
 
 def _calibrate(target: Runner, drafts: dict[int, Runner], mixed: dict[int, int], arms: list[tuple[int, int]],
-               columns: Columns, side_stream: torch.cuda.Stream | None) -> list[float]:
+               columns: Columns, side_stream: torch.cuda.Stream | None, evidence: bool) -> list[float]:
     """An arm's step: the target's forward over γ + 1 columns, γ forwards of its draft model (a mixed arm's model
     drafts every row), and the forward keeping each other draft model current (a mixed arm's own model too: its
-    drafts are replaced by the mixed ones): after the target's, or beside it on ``side_stream``."""
+    drafts are replaced by the mixed ones; γ logits kept with ``evidence``): after the target's, or beside it on
+    ``side_stream``."""
     current = [s for s, runner in drafts.items() if runner.keeps_current]
     others = {s: tuple(o for o in current if o != s) for s, _ in arms}  # the draft models an arm keeps current
     jobs = {("draft", s): (runner, 1, 1, ()) for s, runner in drafts.items()}
     if side_stream is None:
         gammas = sorted({g for _, g in arms})
         jobs |= {("target", g): (target, g + 1, g + 1, ()) for g in gammas}
-        jobs |= {("current", s, g): (drafts[s], g + 1, 0, ()) for s in current for g in gammas}
+        jobs |= {("current", s, g): (drafts[s], g + 1, g * evidence, ()) for s in current for g in gammas}
     else:  # timed together: the target's forward with the others' forwards beside it
-        jobs |= {("beside", others[s], g): (target, g + 1, g + 1, tuple((drafts[o], g + 1) for o in others[s]))
-                 for s, g in arms}
+        jobs |= {("beside", others[s], g): (target, g + 1, g + 1, tuple((drafts[o], g + 1, g * evidence)
+                                                                        for o in others[s])) for s, g in arms}
     seconds = dict(zip(jobs, forward_seconds(list(jobs.values()), columns, side_stream)))
 
     def target_and_current(s: int, g: int) -> float:
@@ -93,8 +96,8 @@ def _calibrate(target: Runner, drafts: dict[int, Runner], mixed: dict[int, int],
 def forward_seconds(jobs: list[tuple[Runner, int, int, tuple]], columns: Columns,
                     side_stream: torch.cuda.Stream | None = None) -> list[float]:
     """Seconds of each job's forwards, a job being ``(runner, width, keep, beside)``: the runner's forward over
-    ``width`` columns from where it stands, keeping ``keep`` logits (0: none), with the ``(runner, width)``
-    forwards of ``beside`` (keeping none, as keep-current forwards do) on ``side_stream``
+    ``width`` columns from where it stands, keeping ``keep`` logits (0: none), with the ``(runner, width, keep)``
+    forwards of ``beside`` (keep-current forwards) on ``side_stream``
     (:func:`~flashspec_hf.streams.fork`; in line without one) (synchronised timing;
     every runner is rewound to where it stood after each). The jobs run in rounds, one forward of each per round,
     each round starting one job later than the last (no job always follows the same one): :data:`WARM_UPS`
@@ -105,11 +108,11 @@ def forward_seconds(jobs: list[tuple[Runner, int, int, tuple]], columns: Columns
     for round_ in range(WARM_UPS + REPEATS):
         for job in [(round_ + i) % len(jobs) for i in range(len(jobs))]:
             runner, width, keep, beside = jobs[job]
-            runners = [runner, *(r for r, _ in beside)]
+            runners = [runner, *(r for r, *_ in beside)]
             seen = [r.seen if isinstance(r.seen, int) else r.seen.clone() for r in runners]
             _synchronize()
             start = time.perf_counter()
-            join = fork(side_stream, lambda: [r.forward(columns, w, keep=NO_LOGITS) for r, w in beside])
+            join = fork(side_stream, lambda: [r.forward(columns, w, keep=k or NO_LOGITS) for r, w, k in beside])
             runner.forward(columns, width, keep=min(keep, width) or NO_LOGITS)
             join()
             _synchronize()

@@ -35,7 +35,8 @@ from .columns import Columns
 from .costs import arm_costs
 from .cpu_products import MAX_ROWS, few_row_products
 from .drafts import (DraftContext, DraftSource, LookupOrDraft, ModelDrafts, PlainDecoding, PromptLookup,
-                     prompt_agreement, prompt_window, score_arms)
+                     prompt_agreement, prompt_window)
+from .evidence import SideEvidence, score_arms
 from .kernels.reference import PLACEHOLDER_TOKEN_ID
 from .outputs import Recorder
 from .processing import LogitsProcessing
@@ -54,8 +55,9 @@ _step_guard = contextlib.nullcontext  # wraps each step's enqueueing; the GPU te
 @dataclass
 class Step:
     """What one step left on the device: verified tokens int64 ``[B, γ + 1]``, accepted and emitted counts int64
-    ``[B]``, finished flags bool ``[B]`` before and after it, and the generated counts before it (full-information
-    selection only)."""
+    ``[B]``, finished flags bool ``[B]`` before and after it, the generated counts before it (full-information
+    selection only) and the side evidence, int64 ``[A, 2]`` (:class:`~flashspec_hf.evidence.SideEvidence`), or
+    None."""
 
     arm: int
     gamma: int
@@ -65,6 +67,7 @@ class Step:
     was_finished: torch.Tensor
     finished: torch.Tensor
     num_new_before: torch.Tensor | None
+    evidence: torch.Tensor | None
 
 
 @dataclass
@@ -83,6 +86,7 @@ class Run:
     groups: Groups  # rows by tokens generated (kept current only when processors or criteria need them)
     commit_in_step: Callable | None  # the static backend's commit, part of the step (None: after the report)
     side_stream: torch.cuda.Stream | None  # where the keep-current forwards run (None: in line)
+    evidence: SideEvidence | None  # gathers the side evidence of each step (None: the selector gets none)
 
     @property
     def columns(self) -> Columns:
@@ -99,8 +103,10 @@ def speculative_step(run: Run, arm: int) -> Step:
     source, gamma = run.arms[arm]
     drafts, draft_scores = run.sources[source].propose(run.ctx, gamma)  # [B, γ], [B, γ, V] | None
     gamma = drafts.shape[1]  # fewer where the source drafted fewer (DraftContext.fewer_drafts)
-    others = [other for other in run.sources[:source] + run.sources[source + 1 :] if other.keeps_current]
-    join = fork(run.side_stream if others else None, lambda: [other.keep_current(run.ctx, gamma) for other in others])
+    others = [o for o, other in enumerate(run.sources) if o != source and other.keeps_current]
+    guesses = run.evidence.buffer if run.evidence is not None else lambda _: None  # side evidence's buffers
+    join = fork(run.side_stream if others else None,
+                lambda: [run.sources[o].keep_current(run.ctx, gamma, guesses(o)) for o in others])
     logits = run.target.verify_forward(run.columns, gamma).to(drafts.device)  # [B, γ+1, V]
     target_scores = run.processing.target(logits, run.sequences, run.groups, drafts)  # [B, γ+1, V]
     output, num_accepted = verify(target_scores, drafts, draft_scores)  # [B, γ+1], [B]
@@ -113,9 +119,10 @@ def speculative_step(run: Run, arm: int) -> Step:
     if run.recorder.active:
         run.recorder.add(target_scores, logits, num_emitted)
     join()
+    evidence = None if run.evidence is None else run.evidence.score(source, gamma, output, num_accepted, ~was_finished)
     if run.commit_in_step is not None:
         run.commit_in_step(run.columns, output, num_accepted, gamma, was_finished)
-    return Step(arm, gamma, output, num_accepted, num_emitted, was_finished, finished, num_new_before)
+    return Step(arm, gamma, output, num_accepted, num_emitted, was_finished, finished, num_new_before, evidence)
 
 
 def decode(run: Run, backend: Backend, streamer=None) -> None:
@@ -129,7 +136,8 @@ def decode(run: Run, backend: Backend, streamer=None) -> None:
         arm, start = run.reports.choose(backend.warming_arm(run.reports.selector))
         with _step_guard():  # enqueues the whole step; nothing here waits for the device
             step = backend.step(arm, lambda a: speculative_step(run, a))
-            run.reports.add(arm, step.gamma, start, step.num_accepted, step.num_emitted, step.was_finished, step.finished)
+            run.reports.add(arm, step.gamma, start, step.num_accepted, step.num_emitted, step.was_finished, step.finished,
+                            step.evidence)
         done = run.reports.read(backend.in_flight)
         backend.commit(run.columns, step.output, step.num_accepted, step.gamma, run.reports.last)
         if not backend.in_flight:
@@ -251,13 +259,15 @@ def speculative_decode(
         groups=groups,
         commit_in_step=backend.commit_in_step if isinstance(backend, StaticBackend) else None,
         side_stream=backend.side_stream,
+        evidence=SideEvidence(sources, arms, batch_size, max(gammas), backend.buffers)
+        if selector.side_evidence and isinstance(backend, StaticBackend) and not generation_config.do_sample else None,
     )
     rows = min(batch_size * (max(gammas) + 1), MAX_ROWS)  # a verification forward's
     with few_row_products([model, *(a for a in assistants if isinstance(a, PreTrainedModel))], rows):  # CPU only
         if selector.cost_aware:
             with record_function("flashspec.arm_costs"):
                 selector.set_costs(arm_costs(target, sources, arms, columns, type(backend).__name__,
-                                             run.side_stream))
+                                             run.side_stream, run.evidence is not None))
         if window is not None:
             with record_function("flashspec.prior"):
                 selector.prior(*prompt_agreement(target, sources, arms, run.ctx, window))
@@ -302,7 +312,7 @@ def _backend(static, model, assistants, arms, processing, stopping_criteria, str
     warpers = tuple((type(w).__name__, repr(vars(w))) for w in processing.warpers)
     eos = eos_ids(stopping_criteria)
     compile_options = _compile_options(generation_config)
-    set_up = (sources, tuple(arms), warpers, generation_config.do_sample, pad_token_id,
+    set_up = (sources, tuple(arms), warpers, generation_config.do_sample, selector.side_evidence, pad_token_id,
               None if eos is None else eos.numel(), repr(compile_options), os.environ.get("FLASHSPEC_VERIFIER"))
     return StaticBackend(batch_size, vocab_size, gammas, device, models, set_up, compile_options)
 

@@ -1,8 +1,8 @@
 """Draft sources: what proposes the γ draft tokens of a step. A draft model with its own KV cache (through either
 runner of :mod:`flashspec_hf.runners`; an early exit of the target reads the target's in the static backend), or
 prompt lookup (model-free n-gram matching). Each source also predicts the tokens a step verified, which
-full-information selection scores (:func:`score_arms`), and guesses the prompt's own last tokens, which gives a
-selector its prior before the first step (:func:`prompt_agreement`).
+full-information selection scores (:func:`~flashspec_hf.evidence.score_arms`), and guesses the prompt's own last
+tokens, which gives a selector its prior before the first step (:func:`prompt_agreement`).
 """
 
 from __future__ import annotations
@@ -80,9 +80,11 @@ class DraftSource(ABC):
     keeps_current = False
     """Whether :meth:`keep_current` runs a forward (a draft model on the static backend)."""
 
-    def keep_current(self, ctx: DraftContext, gamma: int) -> None:
+    def keep_current(self, ctx: DraftContext, gamma: int, guesses: torch.Tensor | None = None) -> None:
         """Called on a step that another source drafted (``gamma`` drafts now at columns ``[T, T + γ)``); sources
-        without a cache ignore it."""
+        without a cache ignore it. A source that :attr:`keeps_current` also writes its greedy guesses of the step's
+        verified positions ``0 … γ - 1`` to ``guesses`` (int64 ``[B, >= γ]``, target ids) when given one
+        (:class:`~flashspec_hf.evidence.SideEvidence`)."""
 
     def prompt_guesses(self, ctx: DraftContext, window: range) -> torch.Tensor | None:
         """Greedy guesses int64 ``[B, W]`` of the prompt's tokens at columns ``window.start + 1 … window.stop``, each
@@ -127,20 +129,29 @@ class ModelDrafts(DraftSource):
         # the pending column stays unseen: the next draft forward needs one input column (dynamic runners only)
         unseen = ctx.columns.host_length - 1 - self.runner.seen
         logits = self.runner.forward(ctx.columns, unseen, keep=width)  # [B, width, V_draft]
-        return self.fit(logits).argmax(dim=-1).to(ctx.columns.tokens.device)  # [B, width]
+        return self.greedy(logits).to(ctx.columns.tokens.device)  # [B, width]
 
     @property
     def keeps_current(self) -> bool:
         return self.runner.keeps_current
 
-    def keep_current(self, ctx: DraftContext, gamma: int) -> None:
-        self.runner.keep_current(ctx.columns, gamma)
+    def keep_current(self, ctx: DraftContext, gamma: int, guesses: torch.Tensor | None = None) -> None:
+        scored = guesses is not None and gamma > 0
+        logits = self.runner.keep_current(ctx.columns, gamma, logits=scored)  # [B, γ, V_draft] if scored
+        if scored and logits is not None:
+            guesses[:, :gamma].copy_(self.greedy(logits))
 
     def prompt_guesses(self, ctx: DraftContext, window: range) -> torch.Tensor | None:
         ids = self.runner.prompt_argmax  # [B, W] indices of the draft's logits, from its prefill
         if ids is None:
             return None
         return (ids if self.token_ids is None else self.token_ids[ids]).to(ctx.columns.tokens.device)
+
+    def greedy(self, logits: torch.Tensor) -> torch.Tensor:
+        """The draft's greedy tokens int64 ``[...]`` (target ids) from its logits ``[..., V_draft]``: the argmax of
+        :meth:`fit`, without building it."""
+        ids = logits[..., : self.vocab_size].argmax(dim=-1)  # entries past the target's V never win
+        return ids if self.token_ids is None else self.token_ids[ids]
 
     def fit(self, logits: torch.Tensor) -> torch.Tensor:
         """Draft logits on the target's vocabulary, ``[..., V]``; tokens the draft cannot propose get ``-inf``.
@@ -333,53 +344,6 @@ def draw(q: torch.Tensor, do_sample: bool) -> torch.Tensor:
             scores, ids = q.topk(candidates, dim=-1)  # [B, k]; a row with fewer keeps -inf (probability 0)
             return ids.gather(-1, torch.multinomial(scores.softmax(dim=-1), num_samples=1))
     return torch.multinomial(q.softmax(dim=-1), num_samples=1)
-
-
-def score_arms(
-    sources: list[DraftSource],
-    arms: list[tuple[int, int]],
-    drafting_arm: int,
-    drafted: int,
-    ctx: DraftContext,
-    output: torch.Tensor,
-    num_accepted: torch.Tensor,
-    active: torch.Tensor,
-    num_new_before: torch.Tensor,
-    max_accepted: int,
-) -> tuple[list[float], list[float]]:
-    """Per arm, agreeing and tested tokens of its teacher-forced greedy predictions on a step's verified tokens
-    (full-information selection, :class:`~flashspec_hf.selection.Hedge`); one device-to-host copy.
-
-    Row ``b`` verified positions ``0 … n_b`` (``n_b`` accepted drafts, then the recovered or bonus token); an arm of
-    length ``γ_a`` is tested on the first ``w_b = min(n_b + 1, γ_a)`` of them: its leading agreement ``k_b`` are
-    successes, plus one failure if ``k_b < w_b``, the censoring of a drafted step. The drafting arm reports its
-    actual acceptance over the ``drafted`` tokens its source proposed (none, for prompt lookup without a match).
-
-    Args:
-        output: int64 ``[B, γ + 1]`` the step's verified tokens; num_accepted: int64 ``[B]``.
-        active: bool ``[B]``, rows generating at the step; num_new_before: int64 ``[B]`` tokens before it.
-        max_accepted: ``m``, the largest accepted count (host): no row verified more than ``m + 1`` positions.
-    """
-    width = max_accepted + 1
-    output = output[:, :width]  # [B, m + 1]
-    drafting_source = arms[drafting_arm][0]
-    pos = torch.arange(width, device=output.device)  # [m + 1]
-    predictions = {}  # source -> int64 [B, m + 1] greedy predictions
-    counts = []  # per arm: (successes, trials), device scalars
-    for source, gamma in arms:
-        known = drafted if source == drafting_source else width  # positions the source has predicted
-        window = (num_accepted + 1).clamp(max=min(gamma, known))  # [B]
-        if source == drafting_source:  # its drafts matched the first n_b tokens, then were rejected
-            agree = num_accepted.minimum(window)
-        else:
-            if source not in predictions:
-                predictions[source] = sources[source].predict(ctx, num_new_before, width)
-            hit = (predictions[source] == output) & (pos < window.unsqueeze(1))  # [B, m + 1]
-            agree = hit.long().cumprod(dim=1).sum(dim=1)  # [B] leading agreement
-        tested = agree + (agree < window).long()  # [B]
-        counts.append(torch.stack([(agree * active).sum(), (tested * active).sum()]))
-    successes, trials = torch.stack(counts).T.tolist()  # full-information mode's extra host copy
-    return successes, trials
 
 
 PROMPT_WINDOW = 32

@@ -1,8 +1,9 @@
 """Step reports: the host's view of the steps the loop has enqueued.
 
-Each step's counts (accepted, emitted, finished per row) are copied to the host without a synchronisation (a
-pinned non-blocking copy on CUDA) and read once the device has produced them. Reading a report hands the step to
-the selector (its arm's outcome), the statistics and the sequences' host counts. A backend that needs each step's
+Each step's counts (accepted, emitted, finished per row; the side evidence on the other arms, when gathered) are
+copied to the host without a synchronisation (a pinned non-blocking copy on CUDA) and read once the device has
+produced them. Reading a report hands the step to the selector (its arm's outcome, then the side evidence), the
+statistics and the sequences' host counts. A backend that needs each step's
 counts before the next (:class:`~flashspec_hf.backends.DynamicBackend`) reads at once; the static one lets up to
 ``MAX_IN_FLIGHT`` steps run ahead. The selector only ever learns from past steps, so exactness does not depend on
 when reports are read; the lag is fixed, so neither do its choices.
@@ -56,7 +57,7 @@ class StepReports:
     def __init__(self, selector: Selector, stats: FlashSpecStats, sequences: Sequences, device: torch.device):
         self.selector, self.stats, self.sequences = selector, stats, sequences
         self.cuda = device.type == "cuda"
-        self.queue = deque()  # per step in flight: (arm, γ, host copy of [4, B], start, end)
+        self.queue = deque()  # per step in flight: (arm, γ, host copy of [4 B] or [4 B + 2 A], B, start, end)
         self.last: Report | None = None
         self.done = False  # a report read shows every row finished
 
@@ -70,33 +71,40 @@ class StepReports:
             start = time.perf_counter()
         return self.selector.choose(arm), start
 
-    def add(self, arm: int, gamma: int, start, num_accepted, num_emitted, was_finished, finished) -> None:
+    def add(self, arm: int, gamma: int, start, num_accepted, num_emitted, was_finished, finished,
+            evidence: torch.Tensor | None = None) -> None:
         """Queue a step's report: int64 ``[B]`` accepted and emitted counts, bool ``[B]`` finished flags before and
-        after the step (device tensors; copied to the host without waiting)."""
-        counts = torch.stack([num_accepted, num_emitted, was_finished.long(), finished.long()])  # [4, B]
+        after the step, and the side evidence int64 ``[A, 2]`` or None (device tensors; copied to the host in one
+        copy, without waiting)."""
+        counts = torch.stack([num_accepted, num_emitted, was_finished.long(), finished.long()]).flatten()  # [4 B]
+        if evidence is not None:
+            counts = torch.cat([counts, evidence.flatten()])  # [4 B + 2 A]
         if not self.cuda:
-            self.queue.append((arm, gamma, counts, start, time.perf_counter()))
+            self.queue.append((arm, gamma, counts, len(num_accepted), start, time.perf_counter()))
             return
         host = torch.empty(counts.shape, dtype=counts.dtype, device="cpu", pin_memory=True)
         host.copy_(counts, non_blocking=True)
         end = torch.cuda.Event(enable_timing=True)
         end.record()
-        self.queue.append((arm, gamma, host, start, end))
+        self.queue.append((arm, gamma, host, len(num_accepted), start, end))
 
     def read(self, in_flight: int) -> bool:
         """Read the oldest reports until ``in_flight`` remain (0: all), waiting for their steps if need be; returns
         :attr:`done`. The lag is fixed, never "whatever has finished": which outcomes the selector has seen when
         it chooses must not depend on timing, or a seeded call would not repeat."""
         while len(self.queue) > in_flight:
-            arm, gamma, host, start, end = self.queue.popleft()
+            arm, gamma, host, rows, start, end = self.queue.popleft()
             if self.cuda:
                 end.synchronize()  # already complete unless more than `in_flight` steps were queued
                 seconds = start.elapsed_time(end) / 1000
             else:
                 seconds = end - start
-            accepted, emitted, was_finished, finished = host.tolist()
+            values = host.tolist()  # [4 B] counts, then [2 A] side evidence if any
+            accepted, emitted, was_finished, finished = (values[i * rows: (i + 1) * rows] for i in range(4))
             report = Report(arm, gamma, accepted, emitted, list(map(bool, was_finished)), list(map(bool, finished)), seconds)
             self._hand_over(report)
+            if len(values) > 4 * rows and report.active_accepted:
+                self.selector.update_all(values[4 * rows:: 2], values[4 * rows + 1:: 2])
         return self.done
 
     def _hand_over(self, report: Report) -> None:

@@ -119,8 +119,10 @@ class Runner:
         """Feed the columns not seen yet, up to the pending one; logits ``[B, 1, V_model]`` of the pending one."""
         raise NotImplementedError
 
-    def keep_current(self, columns: Columns, gamma: int) -> None:
-        """Called on a step that another source drafted (``gamma`` drafts at columns ``[T, T + γ)``)."""
+    def keep_current(self, columns: Columns, gamma: int, logits: bool = False) -> torch.Tensor | None:
+        """Called on a step that another source drafted (``gamma`` drafts at columns ``[T, T + γ)``); with ``logits``,
+        returns the logits ``[B, γ, V_model]`` of columns ``[T - 1, T + γ - 1)`` (predicting the step's verified
+        positions ``0 … γ - 1``) where the runner runs a forward (:attr:`keeps_current`), else None."""
 
     def rewind(self, length: int | torch.Tensor) -> None:
         """Forget the columns from ``length`` on (no-op if ``seen <= length``)."""
@@ -288,8 +290,10 @@ class StaticRunner(Runner):
     def catch_up(self, columns: Columns) -> torch.Tensor:
         return self.forward(columns, 2, keep=1)  # kept two columns behind: the column before the pending, the pending
 
-    def keep_current(self, columns: Columns, gamma: int) -> None:
-        self.forward(columns, gamma + 1, keep=NO_LOGITS)  # [T - 2, T + γ - 1); the commit rewinds it to two behind
+    def keep_current(self, columns: Columns, gamma: int, logits: bool = False) -> torch.Tensor | None:
+        # [T - 2, T + γ - 1); the commit rewinds it to two behind
+        kept = self.forward(columns, gamma + 1, keep=gamma if logits and gamma else NO_LOGITS)
+        return kept if logits and gamma else None
 
     def rewind(self, length: int | torch.Tensor) -> None:
         """Set ``seen`` (each row's write offset) to ``length`` (a host int, or int64 ``[]`` or ``[B]``): later
@@ -405,7 +409,7 @@ class EarlyExitRunner(StaticRunner):
         self.rewind(self.target.seen)
         return self.forward(columns, 1, keep=1)  # the pending column
 
-    def keep_current(self, columns: Columns, gamma: int) -> None:
+    def keep_current(self, columns: Columns, gamma: int, logits: bool = False) -> None:
         """Nothing: the target's forward writes these layers for the step's columns."""
 
 

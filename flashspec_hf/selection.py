@@ -59,6 +59,9 @@ class Selector(ABC):
     num_arms: int = 0
     full_information: bool = False
     """True for selectors that want every arm scored after every step (:meth:`update_all`)."""
+    side_evidence: bool = False
+    """True for selectors that take the side evidence the static backend gathers for free under greedy decoding
+    (:meth:`update_all` after each step's :meth:`update`; :mod:`flashspec_hf.evidence`)."""
 
     @property
     def wants_prior(self) -> bool:
@@ -183,7 +186,9 @@ class Selector(ABC):
         (0 for the plain-decoding arm, which drafts nothing)."""
 
     def update_all(self, successes: list[float], trials: list[float]) -> None:
-        """Full-information hook: each arm's agreeing tokens and tested tokens on the step's verified tokens."""
+        """Evidence hook: each arm's agreeing tokens and tested tokens on the step's verified tokens, every arm's
+        (full information) or, with :attr:`side_evidence`, the arms that did not draft it and were scored for free
+        (0 and 0 for the others)."""
 
     def prior(self, successes: list[float], trials: list[float]) -> None:
         """Prompt hook (:attr:`wants_prior`), before a call's first step and after :meth:`begin_call`: per arm, the
@@ -281,15 +286,20 @@ class ThompsonSampling(Selector):
         call_memory: tested draft tokens per arm kept at the start of a call (> 0), or None to keep everything.
         prompt_weight: most tested draft tokens the prompt's agreement counts for per arm (0: the prompt is not
             read; may be changed between calls).
+        side_evidence: also count, after each step, the tested draft tokens of the arms that did not draft it,
+            where the backend gets them for free (:mod:`flashspec_hf.evidence`: the static backend's draft models,
+            under greedy decoding), as a bandit with side observations does (Mannor & Shamir 2011).
     """
 
     def __init__(self, seed: int = 0, discount: float = 1.0, cost_aware: bool = False,
-                 call_memory: float | None = None, prompt_weight: float = 0.0, conservative: float | None = None):
+                 call_memory: float | None = None, prompt_weight: float = 0.0, conservative: float | None = None,
+                 side_evidence: bool = False):
         super().__init__(cost_aware, conservative)
         self.rng = random.Random(seed)
         self.discount = discount
         self.call_memory = call_memory
         self.prompt_weight = prompt_weight
+        self.side_evidence = side_evidence
 
     @property
     def wants_prior(self) -> bool:
@@ -306,6 +316,11 @@ class ThompsonSampling(Selector):
         self.failures = [x * self.discount for x in self.failures]
         self.successes[arm] += sum(accepted)
         self.failures[arm] += sum(n < gamma for n in accepted)
+
+    def update_all(self, successes: list[float], trials: list[float]) -> None:
+        for arm, (agree, tested) in enumerate(zip(successes, trials, strict=True)):
+            self.successes[arm] += agree
+            self.failures[arm] += tested - agree
 
     def begin_call(self) -> None:
         super().begin_call()
@@ -419,7 +434,7 @@ SELECTORS = {
     "discounted_thompson": lambda: ThompsonSampling(discount=0.998),
     "discounted_ucb": lambda: UCB1(discount=0.998),
     "cost_aware_thompson": lambda: ThompsonSampling(cost_aware=True),
-    "cost_aware_discounted_thompson": lambda: ThompsonSampling(discount=0.99, cost_aware=True, call_memory=8),
+    "cost_aware_discounted_thompson": lambda: ThompsonSampling(discount=0.99, cost_aware=True, side_evidence=True),
     "cost_aware_ucb1": lambda: UCB1(exploration=0.5, cost_aware=True),
     "cost_aware_hedge": lambda: Hedge(cost_aware=True),
     "round_robin": RoundRobin,
@@ -429,11 +444,12 @@ SELECTORS = {
 
 def make_selector(spec: str | Selector | None) -> Selector:
     """Selector from a name in :data:`SELECTORS` (a fresh one; ``discounted_*`` use ``discount=0.998``, a memory
-    of about 500 steps; ``cost_aware_discounted_thompson`` 0.99, about 100 steps, a ``call_memory`` of 8 tested
-    draft tokens per arm, for one selector serving a stream of prompts whose domain changes; it does not read the
-    prompt: with a ``prompt_weight`` of 16, about four steps of evidence at batch 1 and γ = 4, it was slower on the
-    H200 in 10 of 12 domain comparisons over four runs) or an instance (kept as is, with what it learned); None =
-    Thompson. The caller fits it to its arms with :meth:`Selector.ensure`.
+    of about 500 steps; ``cost_aware_discounted_thompson`` 0.99, about 100 steps, with side evidence, for one
+    selector serving a stream of prompts whose domain changes: replayed on 72 held-out prompts it kept ≥ 0.98× its
+    best fixed arm in every domain, against 0.90–0.94× with the ``call_memory`` of 8 it had until 2026-12-06
+    (``benchmarks/results/selection_replay_cpu_2026-12-06``); it does not read the prompt: with a
+    ``prompt_weight`` of 16 it was slower on the H200 in 10 of 12 domain comparisons over four runs) or an instance
+    (kept as is, with what it learned); None = Thompson. The caller fits it to its arms with :meth:`Selector.ensure`.
 
     Raises:
         ValueError: unknown name. TypeError: neither a name nor a :class:`Selector`.

@@ -153,12 +153,13 @@ class _Timed:
         self.seen = seen
 
 
+@pytest.mark.parametrize("evidence", [False, True])
 @pytest.mark.parametrize("beside", [False, True])
-def test_keep_current_forwards_cost_what_the_step_runs(monkeypatch, beside):
+def test_keep_current_forwards_cost_what_the_step_runs(monkeypatch, beside, evidence):
     """Without a side stream an arm pays every other draft model's keep-current forward after the target's; with one,
     the target's forward is timed with the forwards the step runs beside it (here a perfect overlap: they take no
-    time), each other draft model's over γ + 1 columns, keeping no logits as the step's do; every runner is rewound
-    to where it stood."""
+    time), each other draft model's over γ + 1 columns, keeping no logits as the step's do, or γ with side evidence;
+    every runner is rewound to where it stood."""
     from flashspec_hf import costs
     from flashspec_hf.runners import NO_LOGITS
 
@@ -181,7 +182,8 @@ def test_keep_current_forwards_cost_what_the_step_runs(monkeypatch, beside):
     target = _Timed("target", 0.5, 7)
     drafts = {0: _Timed("a", 0.1, 6), 1: _Timed("b", 0.2, 6)}
     arms = [(0, 4), (1, 4), (2, 4), (3, 0)]  # the two models, prompt lookup, plain decoding
-    table = costs._calibrate(target, drafts, {}, arms, columns=None, side_stream=object() if beside else None)
+    table = costs._calibrate(target, drafts, {}, arms, columns=None, side_stream=object() if beside else None,
+                             evidence=evidence)
     if beside:
         want = [0.5 + 4 * 0.1, 0.5 + 4 * 0.2, 0.5, 0.5]
         assert sides == {(("b", 5),), (("a", 5),), (("a", 5), ("b", 5)), (("a", 1), ("b", 1))}
@@ -190,6 +192,6 @@ def test_keep_current_forwards_cost_what_the_step_runs(monkeypatch, beside):
         assert not sides
     assert table == pytest.approx(want)
     assert (target.seen, drafts[0].seen, drafts[1].seen) == (7, 6, 6)
-    drafting, current = repr(1), repr(NO_LOGITS)
+    drafting, current = repr(1), repr(4 if evidence else NO_LOGITS)
     assert {k for k in _Timed.keeps if k[0] != "target"} == {(d, w, keep) for d in "ab" for w, keep in
-                                                             [(1, drafting), (1, current), (5, current)]}
+                                                             [(1, drafting), (1, repr(NO_LOGITS)), (5, current)]}

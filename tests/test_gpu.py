@@ -213,16 +213,16 @@ def test_first_calls_capture_every_arm_then_switches_only_replay():
 @pytest.mark.parametrize("do_sample", [False, True])
 def test_static_steps_do_not_sync(monkeypatch, do_sample):
     """Every step of the static loop is enqueued with no device-to-host synchronisation (CUDA graphs replayed), prompt
-    lookup and the mixed arms in the pool."""
+    lookup and the mixed arms in the pool, with the default selector (side evidence gathered when greedy)."""
     import contextlib
 
     import flashspec_hf.decoding
-    from flashspec_hf import PromptLookup
+    from flashspec_hf import SELECTORS, PromptLookup
 
     target, drafts = _static_models()
     ids = torch.tensor([[5, 17, 33, 8, 90, 41, 7], [77, 3, 51, 51, 9, 4, 4]]).cuda()
     kwargs = dict(max_new_tokens=32, do_sample=do_sample, assistant_models=[*drafts, PromptLookup()],
-                  num_assistant_tokens=3,
+                  num_assistant_tokens=3, selector=SELECTORS["cost_aware_discounted_thompson"](),
                   cache_implementation="static", flashspec=True, eos_token_id=list(range(200, 216)))  # 16 EOS ids (never drawn)
     target.generate(ids, **kwargs)  # captures the graphs
     steps = []

@@ -49,3 +49,57 @@ def test_replay_emits_each_call_once_whatever_the_arm(target, pool):
     results = [replay(FixedArm(a), calls, [1.0] * 4, [1.0] * 4, [GAMMA] * 3 + [0], True, NEW) for a in range(4)]
     assert all(tokens == want for _, tokens, _, _ in results)
     assert results[3][2] == want and results[0][2] < want  # plain: a step per token; the near draft: fewer
+
+
+class _Recording(FixedArm):
+    """Drafts with one arm and records each step's accepted drafts and side evidence."""
+
+    side_evidence = True
+
+    def __init__(self, arm):
+        super().__init__(arm)
+        self.steps = []  # (accepted, successes, trials) per reported step
+
+    def update(self, arm, accepted, gamma):
+        super().update(arm, accepted, gamma)
+        self.steps.append([accepted[0]])
+
+    def update_all(self, successes, trials):
+        self.steps[-1] += [successes, trials]
+
+
+@pytest.mark.parametrize("drafting", [0, 1, 2])
+@pytest.mark.parametrize("prompt", [[5, 17, 33, 8, 90, 41, 7], [12, 60, 12, 60, 12]])
+def test_side_evidence_is_what_the_other_drafts_would_have_had_accepted(target, pool, prompt, drafting):
+    """On the static backend, each step's side evidence on a draft model that did not draft is its trace count at
+    the step's committed length, censored at the positions the step verified (``w = min(n + 1, γ)``): agreeing
+    tokens ``min(count, w)``, tested ``+1`` when it falls short of ``w``; nothing for the drafting source, prompt
+    lookup (kept current by nobody) or the plain arm."""
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        got = trace(target, pool, ids, NEW, GAMMA)
+    selector = _Recording(drafting)
+    target.generate(ids, max_new_tokens=NEW, do_sample=False, flashspec=True, num_assistant_tokens=GAMMA,
+                    assistant_models=[*pool, PromptLookup()], selector=selector, cache_implementation="static")
+    t, agreed, tested = got["start"], 0, 0
+    for accepted, successes, trials in selector.steps:
+        window = min(accepted + 1, GAMMA)
+        want = [[0, 0] for _ in range(3)]  # two drafts and prompt lookup (not cost-aware: no plain arm)
+        for other in {0, 1} - {drafting}:
+            agree = min(got["counts"][other][t - got["start"]], window)
+            want[other] = [agree, agree + (agree < window)]
+        assert [list(pair) for pair in zip(successes, trials, strict=True)] == want
+        agreed, tested = agreed + want[0][0] + want[1][0], tested + want[0][1] + want[1][1]
+        t += accepted + 1
+    assert len(selector.steps) > 3 and tested > 0, "evidence was gathered: the comparison is not vacuous"
+    assert agreed > 0 or drafting == 0, "the near draft, scored, agrees somewhere"
+
+
+def test_no_side_evidence_when_sampling_or_dynamic(target, pool):
+    """Side evidence is gathered on the static backend under greedy decoding only (module docstring)."""
+    ids = torch.tensor([[5, 17, 33, 8, 90, 41, 7]])
+    for kwargs in [dict(cache_implementation="static", do_sample=True), dict(cache_implementation="dynamic")]:
+        selector = _Recording(2)
+        target.generate(ids, max_new_tokens=8, flashspec=True, num_assistant_tokens=GAMMA,
+                        assistant_models=[*pool, PromptLookup()], selector=selector, **kwargs)
+        assert selector.steps and all(len(step) == 1 for step in selector.steps)
