@@ -101,7 +101,8 @@ def replay(selector, calls: list[dict], step_s: list[float], given_s: list[float
     """Run ``calls`` (traces) through ``selector`` as the static loop would (``warm``: the first call warms every
     arm); returns (step seconds, new tokens, steps that emitted, steps that emitted per arm). A selector that takes
     side evidence gets, after each step that drafted, the censored counts of the arms ``kept_current`` marks (the
-    draft models) other than the drafting one, as :class:`flashspec_hf.evidence.SideEvidence` gathers them."""
+    draft models) other than the drafting one, as :class:`flashspec_hf.evidence.SideEvidence` gathers them (here
+    every source has one arm, so the drafting arm is the drafting source's only one)."""
     seconds, tokens, steps, per_arm = 0.0, 0, 0, [0] * len(gammas)
     kept_current = kept_current or [False] * len(gammas)
 
@@ -109,7 +110,7 @@ def replay(selector, calls: list[dict], step_s: list[float], given_s: list[float
         if not was_finished:
             selector.update(arm, [accepted], gammas[arm])
             if selector.side_evidence and gammas[arm]:
-                windows = [min(accepted + 1, g) for g in gammas]
+                windows = [min(accepted + 1, g, gammas[arm]) for g in gammas]
                 agree = [min(c, w) if kept and a != arm else 0
                          for a, (c, w, kept) in enumerate(zip(counts, windows, kept_current))]
                 selector.update_all(agree, [k + (k < w) if kept and a != arm else 0

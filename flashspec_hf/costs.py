@@ -79,9 +79,9 @@ def _calibrate(target: Runner, drafts: dict[int, Runner], mixed: dict[int, int],
     if side_stream is None:
         gammas = sorted({g for _, g in arms})
         jobs |= {("target", g): (target, g + 1, g + 1, ()) for g in gammas}
-        jobs |= {("current", s, g): (drafts[s], g + 1, g * evidence, ()) for s in current for g in gammas}
+        jobs |= {("current", s, g): (drafts[s], g + 1, g if evidence else 0, ()) for s in current for g in gammas}
     else:  # timed together: the target's forward with the others' forwards beside it
-        jobs |= {("beside", others[s], g): (target, g + 1, g + 1, tuple((drafts[o], g + 1, g * evidence)
+        jobs |= {("beside", others[s], g): (target, g + 1, g + 1, tuple((drafts[o], g + 1, g if evidence else 0)
                                                                         for o in others[s])) for s, g in arms}
     seconds = dict(zip(jobs, forward_seconds(list(jobs.values()), columns, side_stream)))
 

@@ -104,9 +104,7 @@ def speculative_step(run: Run, arm: int) -> Step:
     drafts, draft_scores = run.sources[source].propose(run.ctx, gamma)  # [B, γ], [B, γ, V] | None
     gamma = drafts.shape[1]  # fewer where the source drafted fewer (DraftContext.fewer_drafts)
     others = [o for o, other in enumerate(run.sources) if o != source and other.keeps_current]
-    guesses = run.evidence.buffer if run.evidence is not None else lambda _: None  # side evidence's buffers
-    join = fork(run.side_stream if others else None,
-                lambda: [run.sources[o].keep_current(run.ctx, gamma, guesses(o)) for o in others])
+    join = fork(run.side_stream if others else None, lambda: [_keep_current(run, o, gamma) for o in others])
     logits = run.target.verify_forward(run.columns, gamma).to(drafts.device)  # [B, γ+1, V]
     target_scores = run.processing.target(logits, run.sequences, run.groups, drafts)  # [B, γ+1, V]
     output, num_accepted = verify(target_scores, drafts, draft_scores)  # [B, γ+1], [B]
@@ -123,6 +121,15 @@ def speculative_step(run: Run, arm: int) -> Step:
     if run.commit_in_step is not None:
         run.commit_in_step(run.columns, output, num_accepted, gamma, was_finished)
     return Step(arm, gamma, output, num_accepted, num_emitted, was_finished, finished, num_new_before, evidence)
+
+
+def _keep_current(run: Run, source: int, gamma: int) -> None:
+    """Keep a source that did not draft the step current, writing its guesses for the side evidence if gathered."""
+    guesses = run.evidence.buffer(source) if run.evidence is not None else None
+    if guesses is None:
+        run.sources[source].keep_current(run.ctx, gamma)
+    else:
+        run.sources[source].keep_current(run.ctx, gamma, guesses=guesses)
 
 
 def decode(run: Run, backend: Backend, streamer=None) -> None:
@@ -239,6 +246,8 @@ def speculative_decode(
     sources += [LookupOrDraft(sources[lookup], sources[draft]) for lookup, draft in mixes]
     names = _arm_names(sources, arms, several_gammas=len(gammas) > 1)
     stats = FlashSpecStats(names, max(gammas), [g for _, g in arms])
+    gathers_evidence = selector.side_evidence and isinstance(backend, StaticBackend) and not generation_config.do_sample
+    evidence = SideEvidence(sources, arms, batch_size, max(gammas), backend.buffers) if gathers_evidence else None
     finished = backend.buffers.full("finished", (batch_size,), False, torch.bool)  # [B]
     groups = sequences.groups(finished, [False] * batch_size) if processing.contextual or stopping.criteria else []
 
@@ -259,15 +268,14 @@ def speculative_decode(
         groups=groups,
         commit_in_step=backend.commit_in_step if isinstance(backend, StaticBackend) else None,
         side_stream=backend.side_stream,
-        evidence=SideEvidence(sources, arms, batch_size, max(gammas), backend.buffers)
-        if selector.side_evidence and isinstance(backend, StaticBackend) and not generation_config.do_sample else None,
+        evidence=evidence,
     )
     rows = min(batch_size * (max(gammas) + 1), MAX_ROWS)  # a verification forward's
     with few_row_products([model, *(a for a in assistants if isinstance(a, PreTrainedModel))], rows):  # CPU only
         if selector.cost_aware:
             with record_function("flashspec.arm_costs"):
                 selector.set_costs(arm_costs(target, sources, arms, columns, type(backend).__name__,
-                                             run.side_stream, run.evidence is not None))
+                                             run.side_stream, evidence is not None))
         if window is not None:
             with record_function("flashspec.prior"):
                 selector.prior(*prompt_agreement(target, sources, arms, run.ctx, window))

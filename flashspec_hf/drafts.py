@@ -79,12 +79,15 @@ class DraftSource(ABC):
 
     keeps_current = False
     """Whether :meth:`keep_current` runs a forward (a draft model on the static backend)."""
+    gives_side_evidence = False
+    """Whether :meth:`keep_current` writes the source's guesses when given a ``guesses`` buffer (a draft model on the
+    static backend; :class:`~flashspec_hf.evidence.SideEvidence`)."""
 
     def keep_current(self, ctx: DraftContext, gamma: int, guesses: torch.Tensor | None = None) -> None:
         """Called on a step that another source drafted (``gamma`` drafts now at columns ``[T, T + γ)``); sources
-        without a cache ignore it. A source that :attr:`keeps_current` also writes its greedy guesses of the step's
-        verified positions ``0 … γ - 1`` to ``guesses`` (int64 ``[B, >= γ]``, target ids) when given one
-        (:class:`~flashspec_hf.evidence.SideEvidence`)."""
+        without a cache ignore it. A source that :attr:`gives_side_evidence` also writes its greedy guesses of the
+        step's verified positions ``0 … γ - 1`` to ``guesses`` (int64 ``[B, >= γ]``, target ids) when given one
+        (:class:`~flashspec_hf.evidence.SideEvidence`); the others are never given one."""
 
     def prompt_guesses(self, ctx: DraftContext, window: range) -> torch.Tensor | None:
         """Greedy guesses int64 ``[B, W]`` of the prompt's tokens at columns ``window.start + 1 … window.stop``, each
@@ -135,10 +138,14 @@ class ModelDrafts(DraftSource):
     def keeps_current(self) -> bool:
         return self.runner.keeps_current
 
+    @property
+    def gives_side_evidence(self) -> bool:
+        return self.runner.keeps_current
+
     def keep_current(self, ctx: DraftContext, gamma: int, guesses: torch.Tensor | None = None) -> None:
         scored = guesses is not None and gamma > 0
-        logits = self.runner.keep_current(ctx.columns, gamma, logits=scored)  # [B, γ, V_draft] if scored
-        if scored and logits is not None:
+        logits = self.runner.keep_current(ctx.columns, gamma, logits=scored)  # [B, γ, V_draft] if scored, else None
+        if scored:
             guesses[:, :gamma].copy_(self.greedy(logits))
 
     def prompt_guesses(self, ctx: DraftContext, window: range) -> torch.Tensor | None:

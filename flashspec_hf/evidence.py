@@ -10,14 +10,16 @@ worse (exploration) and spend them again whenever the text changes. On the stati
 did not draft a step runs a forward over that step's columns anyway, to stay current
 (:meth:`~flashspec_hf.drafts.DraftSource.keep_current`); keeping the logits of that forward gives its greedy guess
 of each verified position, teacher-forced on the committed tokens before it, which is exactly how many drafts it
-would have had accepted under greedy decoding, censored at the positions the step verified. Every draft model's
-arms are then observed on every step, as in a bandit with side observations (Mannor & Shamir 2011, "From Bandits to
-Experts: On the Value of Side-Observations"): the selector's estimates stay current for free and its exploration
-is no longer paid for in steps. The evidence only changes which arm drafts later steps (from past steps only), so
+would have had accepted under greedy decoding, censored at the positions the step verified. The arms of every such
+draft model are then observed on every step another source drafts, as in a bandit with side observations (Mannor &
+Shamir 2011, "From Bandits to Experts: On the Value of Side-Observations"): the selector's estimates stay current
+for free and its exploration is no longer paid for in steps. Not observed: prompt lookup, mixed arms, early exits
+(they read the target's cache and run no forward of their own), the drafting source's own other-γ arms, and every
+arm on a plain step (its one column predicts nothing new). The evidence only changes which arm drafts later steps (from past steps only), so
 exactness is untouched.
 
 Under sampling a draft's greedy agreement is not its acceptance (``Σ min(p, q)``), so side evidence is gathered
-under greedy decoding only.
+under greedy decoding only. Off the static backend (the CPU's dynamic loop) and under sampling a selector gets none.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ def score_arms(
     actual acceptance over the ``drafted`` tokens its source proposed (none, for prompt lookup without a match).
 
     Args:
+        sources: the call's draft sources; arms: ``(source, γ)`` per arm; drafting_arm: the step's arm; drafted: the
+            draft tokens its source proposed (``γ``, or fewer); ctx: the call's columns and sequences.
         output: int64 ``[B, γ + 1]`` the step's verified tokens; num_accepted: int64 ``[B]``.
         active: bool ``[B]``, rows generating at the step; num_new_before: int64 ``[B]`` tokens before it.
         max_accepted: ``m``, the largest accepted count (host): no row verified more than ``m + 1`` positions.
@@ -109,7 +113,7 @@ class SideEvidence:
         self.arms = arms
         self.guesses = {  # source -> int64 [B, γ_max]: its guesses of the step's verified positions
             s: buffers.full(f"evidence.guesses.{s}", (batch_size, max_gamma), -1, torch.long)
-            for s, source in enumerate(sources) if source.keeps_current
+            for s, source in enumerate(sources) if source.gives_side_evidence
         }
         self.zeros = buffers.full("evidence.zeros", (len(arms), 2), 0, torch.long)  # [A, 2], never written
 
@@ -119,9 +123,10 @@ class SideEvidence:
 
     def score(self, drafting: int, gamma: int, output: torch.Tensor, num_accepted: torch.Tensor,
               active: torch.Tensor) -> torch.Tensor:
-        """int64 ``[A, 2]``: per arm, agreeing and tested tokens summed over the ``active`` rows (bool ``[B]``); 0 and 0
-        for the arms of the drafting source (its outcome is the report's own), of a source without guesses, and the
-        plain arm. An arm of length ``γ_a`` is tested on ``min(n_b + 1, γ_a, γ)`` positions of row ``b``, ``n_b``
+        """int64 ``[A, 2]``: per arm, agreeing and tested tokens summed over the ``active`` rows (bool ``[B]``); 0 and
+        0 for the arms of the drafting source (its outcome is the report's own), of a source without guesses, and the
+        plain arm. Called inside the step, after verification and after the keep-current forwards joined (their
+        guesses are written). An arm of length ``γ_a`` is tested on ``min(n_b + 1, γ_a, γ)`` positions of row ``b``, ``n_b``
         accepted (``num_accepted`` int64 ``[B]``) of the step's ``γ`` drafts: the positions verified with committed
         tokens before them (``output`` int64 ``[B, γ + 1]``)."""
         scored = [s for s in self.guesses if s != drafting]

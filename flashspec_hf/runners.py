@@ -291,9 +291,9 @@ class StaticRunner(Runner):
         return self.forward(columns, 2, keep=1)  # kept two columns behind: the column before the pending, the pending
 
     def keep_current(self, columns: Columns, gamma: int, logits: bool = False) -> torch.Tensor | None:
-        # [T - 2, T + γ - 1); the commit rewinds it to two behind
-        kept = self.forward(columns, gamma + 1, keep=gamma if logits and gamma else NO_LOGITS)
-        return kept if logits and gamma else None
+        keep = gamma if logits and gamma else 0
+        kept = self.forward(columns, gamma + 1, keep=keep or NO_LOGITS)  # [T - 2, T + γ - 1); rewound by the commit
+        return kept if keep else None
 
     def rewind(self, length: int | torch.Tensor) -> None:
         """Set ``seen`` (each row's write offset) to ``length`` (a host int, or int64 ``[]`` or ``[B]``): later

@@ -447,7 +447,9 @@ def make_selector(spec: str | Selector | None) -> Selector:
     of about 500 steps; ``cost_aware_discounted_thompson`` 0.99, about 100 steps, with side evidence, for one
     selector serving a stream of prompts whose domain changes: replayed on 72 held-out prompts it kept ≥ 0.98× its
     best fixed arm in every domain, against 0.90–0.94× with the ``call_memory`` of 8 it had until 2026-12-06
-    (``benchmarks/results/selection_replay_cpu_2026-12-06``); it does not read the prompt: with a
+    (``benchmarks/results/selection_replay_cpu_2026-12-06``). Where no side evidence comes (the CPU's dynamic
+    loop, sampling, pools without draft models of their own, e.g. early exits and prompt lookup) it is discount 0.99
+    alone: replayed, 0.94–0.96× on chat and ≥ 0.96× elsewhere; on the CPU demo no domain got slower. It does not read the prompt: with a
     ``prompt_weight`` of 16 it was slower on the H200 in 10 of 12 domain comparisons over four runs) or an instance
     (kept as is, with what it learned); None = Thompson. The caller fits it to its arms with :meth:`Selector.ensure`.
 
