@@ -6,7 +6,8 @@
 # /tmp/drafts, and only poll. Writes to /tmp/gs, in the order of what the open issues still lack (the device time
 # may end first):
 #   1. the verification-kernel benchmark on the speed issue's shapes (KERNEL_ARGS), before the host gets busy
-#   2. tests/test_gpu.py (its timing does not matter: it overlaps the GGUF transfer and conversion)
+#   2. tests/test_gpu.py (its timing does not matter: it overlaps the GGUF transfer and conversion; TESTS_K: a -k
+#      expression picking some of them, when the device time is short)
 #   3. Qwen2.5-Coder-1.5B (once `convert` touched /tmp/convert.done, within CONVERT_WAIT seconds): NF4 at B = 1
 #      (stock eager, stock static, default), bf16 at QWEN_BATCHES (stock static, default), code and chat prompts
 #   4. SmolLM2-135M (once /tmp/gguf/s0, s1 and its drafts are there): stock static and default at SMOLLM2_BATCHES
@@ -34,7 +35,7 @@ kernel() {
   python3 -m benchmarks.kernel_bench --out /tmp/gs ${KERNEL_ARGS:---batches 1,64 --gammas 4 --vocabs 32000,262144} \
     >/tmp/gs/kernel_bench.log 2>&1
 }
-tests() { python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py >/tmp/gs/test_gpu.log 2>&1; }
+tests() { python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py ${TESTS_K:+-k "$TESTS_K"} >/tmp/gs/test_gpu.log 2>&1; }
 qwen() {
   wait_for /tmp/convert.done "${CONVERT_WAIT:-600}" || return
   ( . draft_release/gpu_qwen_env.sh

@@ -43,6 +43,12 @@ def _reduced_head(model, keep: torch.Tensor):
 
 @pytest.fixture(scope="module")
 def setting():
+    return models()
+
+
+def models():
+    """The target and three draft models: one sharing its first layer, one of a padded vocabulary, one with a
+    reduced head (``draft_vocab_ids``) sharing its first two layers."""
     target = tiny_llama(layers=3, seed=0, peak=8.0, eos=None)
     near = tiny_llama(layers=1, seed=0, peak=8.0, eos=None)
     near.load_state_dict(target.state_dict(), strict=False)  # shares the first layer: agrees often
@@ -56,13 +62,14 @@ def setting():
 def _oracle(target, drafts, new_tokens):
     """Per row, the target's greedy text (past the cut, so every verified position is known) and each draft
     model's greedy guess after every prefix of it (target ids)."""
-    texts = [target.generate(torch.tensor([p]), max_new_tokens=new_tokens + 8, do_sample=False)[0] for p in PROMPTS]
+    texts = [target.generate(torch.tensor([p], device=target.device), max_new_tokens=new_tokens + 8,
+                             do_sample=False)[0].cpu() for p in PROMPTS]
     guesses = []
     for draft in drafts:
         ids_of = getattr(draft, "draft_vocab_ids", None)
         with torch.no_grad():
-            best = [draft(text[None]).logits[0, :, :97].argmax(-1) for text in texts]  # [L] each
-        guesses.append([b if ids_of is None else ids_of[b] for b in best])
+            best = [draft(text[None].to(draft.device)).logits[0, :, :97].argmax(-1) for text in texts]  # [L] each
+        guesses.append([(b if ids_of is None else ids_of[b]).cpu() for b in best])
     return texts, guesses
 
 
@@ -73,49 +80,56 @@ def test_side_evidence_equals_the_oracle_at_batch_3_with_two_gammas(setting, fir
     every step's evidence on a draft model's arm of length ``γ_a`` is, summed over the rows generating at the
     step, ``k = min(count, w)`` agreeing tokens and ``k + (k < w)`` tested, ``w = min(n + 1, γ_a, γ)``; 0 and 0 for
     the drafting source's arms, prompt lookup, mixed arms, the early exit and on plain steps."""
+    target, drafts = setting
+    check_side_evidence_against_oracle(target, drafts, _Recording(first), monkeypatch, calls=1)
+
+
+def check_side_evidence_against_oracle(target, drafts, selector, monkeypatch, calls: int) -> None:
+    """``calls`` greedy static calls on :data:`PROMPTS` (on the target's device) with ``selector`` kept across
+    them: outputs equal the target's greedy text, and every step's evidence equals the oracle's (the test above)."""
     from flashspec_hf import reports
 
     hand_over = reports.StepReports._hand_over
     monkeypatch.setattr(reports.StepReports, "_hand_over",
                         lambda self, report: (self.selector.steps.append([report, None]), hand_over(self, report)))
-    target, drafts = setting
-    new = 20
+    new, device = 20, target.device
     pool = [*drafts, *early_exit_assistants(target, depths=(1,)), PromptLookup()]
     ids, mask = left_padded(PROMPTS)
-    selector = _Recording(first)
-    out = target.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, flashspec=True,
-                          num_assistant_tokens=GAMMAS, assistant_models=pool, selector=selector,
-                          cache_implementation="static")
     texts, guesses = _oracle(target, drafts, new)
-    for b, text in enumerate(texts):
-        assert out[b, ids.shape[1]:].tolist() == text[len(PROMPTS[b]): len(PROMPTS[b]) + new].tolist()
     plain = len(pool)  # sources: the pool, the plain arm, then one mixed source per model (lookup + it)
     arms = [(s, 0 if s == plain else g) for s in range(plain + 1) for g in GAMMAS]
     arms = list(dict.fromkeys(arms + [(plain + 1 + m, g) for m in range(4) for g in GAMMAS]))
-    assert len(arms) == selector.num_arms
-    lengths = [len(p) for p in PROMPTS]  # committed tokens per row
     tested = agreed = 0
-    for report, evidence in selector.steps:
-        source, gamma = arms[report.arm][0], report.gamma
-        want = [[0] * len(arms), [0] * len(arms)]
-        for a, (other, arm_gamma) in enumerate(arms):
-            if other >= len(drafts) or other == source or not gamma:
-                continue
-            for b, (t, n) in enumerate(zip(lengths, report.accepted, strict=True)):
-                if report.was_finished[b]:
+    for _ in range(calls):
+        selector.steps = []
+        out = target.generate(ids.to(device), attention_mask=mask.to(device), max_new_tokens=new, do_sample=False,
+                              flashspec=True, num_assistant_tokens=GAMMAS, assistant_models=pool,
+                              selector=selector, cache_implementation="static")
+        for b, text in enumerate(texts):
+            assert out[b, ids.shape[1]:].tolist() == text[len(PROMPTS[b]): len(PROMPTS[b]) + new].tolist()
+        assert len(arms) == selector.num_arms
+        lengths = [len(p) for p in PROMPTS]  # committed tokens per row
+        for report, evidence in selector.steps:
+            source, gamma = arms[report.arm][0], report.gamma
+            want = [[0] * len(arms), [0] * len(arms)]
+            for a, (other, arm_gamma) in enumerate(arms):
+                if other >= len(drafts) or other == source or not gamma:
                     continue
-                window, k = min(n + 1, arm_gamma, gamma), 0
-                while k < window and guesses[other][b][t - 1 + k] == texts[b][t + k]:
-                    k += 1
-                want[0][a] += k
-                want[1][a] += k + (k < window)
-        if any(not f for f in report.was_finished):
-            assert evidence == want
-        tested, agreed = tested + sum(want[1]), agreed + sum(want[0])
-        lengths = [t + (0 if f else n + 1) for t, n, f in zip(lengths, report.accepted, report.was_finished,
-                                                            strict=True)]
-    assert tested > 50 and agreed > 10, "draft models were scored, and agreed somewhere: not vacuous"
-    assert any(any(r.was_finished) and not all(r.was_finished) for r, _ in selector.steps), "rows finished apart"
+                for b, (t, n) in enumerate(zip(lengths, report.accepted, strict=True)):
+                    if report.was_finished[b]:
+                        continue
+                    window, k = min(n + 1, arm_gamma, gamma), 0
+                    while k < window and guesses[other][b][t - 1 + k] == texts[b][t + k]:
+                        k += 1
+                    want[0][a] += k
+                    want[1][a] += k + (k < window)
+            if any(not f for f in report.was_finished):
+                assert evidence == want
+            tested, agreed = tested + sum(want[1]), agreed + sum(want[0])
+            lengths = [t + (0 if f else n + 1) for t, n, f in zip(lengths, report.accepted, report.was_finished,
+                                                                strict=True)]
+        assert any(any(r.was_finished) and not all(r.was_finished) for r, _ in selector.steps), "rows finish apart"
+    assert tested > 50 * calls and agreed > 10 * calls, "draft models were scored and agreed somewhere: not vacuous"
 
 
 def test_thompson_counts_side_evidence_as_tested_draft_tokens():

@@ -241,6 +241,15 @@ def test_static_steps_do_not_sync(monkeypatch, do_sample):
     assert len(steps) >= 4
 
 
+def test_side_evidence_in_captured_steps_equals_the_oracle(monkeypatch):
+    """Side evidence gathered inside CUDA graphs, the guesses written on the side stream: four calls with one
+    selector (eager steps, captures, replays), every step's evidence equal to the oracle's (tests/test_evidence.py)."""
+    from .test_evidence import _Recording, check_side_evidence_against_oracle, models
+
+    target, drafts = models()
+    check_side_evidence_against_oracle(target.cuda(), [d.cuda() for d in drafts], _Recording(0), monkeypatch, calls=4)
+
+
 @pytest.mark.parametrize("prompt_prior", [False, True])
 @pytest.mark.parametrize("cache_implementation", [None, "static"])
 def test_target_split_over_gpu_and_cpu_with_assistants_on_both(tmp_path, cache_implementation, prompt_prior):
