@@ -97,7 +97,8 @@ def trace(model, assistants: list, ids: torch.Tensor, new_tokens: int, gamma: in
 
 
 def replay(selector, calls: list[dict], step_s: list[float], given_s: list[float], gammas: list[int],
-           warm: bool, max_new_tokens: int, kept_current: list[bool] | None = None) -> tuple[float, int, int, list[int]]:
+           warm: bool, max_new_tokens: int,
+           kept_current: list[bool] | None = None) -> tuple[float, int, int, list[int]]:
     """Run ``calls`` (traces) through ``selector`` as the static loop would (``warm``: the first call warms every
     arm); returns (step seconds, new tokens, steps that emitted, steps that emitted per arm). A selector that takes
     side evidence gets, after each step that drafted, the censored counts of the arms ``kept_current`` marks (the

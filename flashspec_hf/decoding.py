@@ -117,7 +117,8 @@ def speculative_step(run: Run, arm: int) -> Step:
     if run.recorder.active:
         run.recorder.add(target_scores, logits, num_emitted)
     join()
-    evidence = None if run.evidence is None else run.evidence.score(source, gamma, output, num_accepted, ~was_finished)
+    evidence = None if run.evidence is None else run.evidence.score(source, gamma, output, num_accepted,
+                                                                     ~was_finished)  # [A, 2]
     if run.commit_in_step is not None:
         run.commit_in_step(run.columns, output, num_accepted, gamma, was_finished)
     return Step(arm, gamma, output, num_accepted, num_emitted, was_finished, finished, num_new_before, evidence)
@@ -143,8 +144,8 @@ def decode(run: Run, backend: Backend, streamer=None) -> None:
         arm, start = run.reports.choose(backend.warming_arm(run.reports.selector))
         with _step_guard():  # enqueues the whole step; nothing here waits for the device
             step = backend.step(arm, lambda a: speculative_step(run, a))
-            run.reports.add(arm, step.gamma, start, step.num_accepted, step.num_emitted, step.was_finished, step.finished,
-                            step.evidence)
+            run.reports.add(arm, step.gamma, start, step.num_accepted, step.num_emitted, step.was_finished,
+                            step.finished, step.evidence)
         done = run.reports.read(backend.in_flight)
         backend.commit(run.columns, step.output, step.num_accepted, step.gamma, run.reports.last)
         if not backend.in_flight:

@@ -15,11 +15,12 @@ draft model are then observed on every step another source drafts, as in a bandi
 Shamir 2011, "From Bandits to Experts: On the Value of Side-Observations"): the selector's estimates stay current
 for free and its exploration is no longer paid for in steps. Not observed: prompt lookup, mixed arms, early exits
 (they read the target's cache and run no forward of their own), the drafting source's own other-γ arms, and every
-arm on a plain step (its one column predicts nothing new). The evidence only changes which arm drafts later steps (from past steps only), so
-exactness is untouched.
+arm on a plain step (its one column predicts nothing new). The evidence only changes which arm drafts later steps
+(from past steps only), so exactness is untouched.
 
 Under sampling a draft's greedy agreement is not its acceptance (``Σ min(p, q)``), so side evidence is gathered
-under greedy decoding only. Off the static backend (the CPU's dynamic loop) and under sampling a selector gets none.
+under greedy decoding only. Off the static backend (the CPU's dynamic loop) and under sampling a selector gets
+none.
 """
 
 from __future__ import annotations
@@ -87,12 +88,12 @@ def score_arms(
         known = drafted if source == drafting_source else width  # positions the source has predicted
         window = (num_accepted + 1).clamp(max=min(gamma, known))  # [B]
         if source == drafting_source:  # its drafts matched the first n_b tokens, then were rejected
-            agree = num_accepted.minimum(window)
+            agree = num_accepted.minimum(window)  # [B]
+            tested = agree + (agree < window).long()  # [B]
         else:
             if source not in predictions:
                 predictions[source] = sources[source].predict(ctx, num_new_before, width)
-            agree = leading_agreement(predictions[source], output, window)[0]  # [B]
-        tested = agree + (agree < window).long()  # [B]
+            agree, tested = leading_agreement(predictions[source], output, window)  # [B] each
         counts.append(torch.stack([(agree * active).sum(), (tested * active).sum()]))
     successes, trials = torch.stack(counts).T.tolist()  # full-information mode's extra host copy
     return successes, trials
@@ -126,9 +127,9 @@ class SideEvidence:
         """int64 ``[A, 2]``: per arm, agreeing and tested tokens summed over the ``active`` rows (bool ``[B]``); 0 and
         0 for the arms of the drafting source (its outcome is the report's own), of a source without guesses, and the
         plain arm. Called inside the step, after verification and after the keep-current forwards joined (their
-        guesses are written). An arm of length ``γ_a`` is tested on ``min(n_b + 1, γ_a, γ)`` positions of row ``b``, ``n_b``
-        accepted (``num_accepted`` int64 ``[B]``) of the step's ``γ`` drafts: the positions verified with committed
-        tokens before them (``output`` int64 ``[B, γ + 1]``)."""
+        guesses are written). An arm of length ``γ_a`` is tested on ``min(n_b + 1, γ_a, γ)`` positions of row ``b``,
+        ``n_b`` accepted (``num_accepted`` int64 ``[B]``) of the step's ``γ`` drafts: the positions verified with
+        committed tokens before them (``output`` int64 ``[B, γ + 1]``)."""
         scored = [s for s in self.guesses if s != drafting]
         rows = [a for a, (s, g) in enumerate(self.arms) if s in scored and g]
         if not rows or not gamma:

@@ -76,9 +76,8 @@ class StepReports:
         """Queue a step's report: int64 ``[B]`` accepted and emitted counts, bool ``[B]`` finished flags before and
         after the step, and the side evidence int64 ``[A, 2]`` or None (device tensors; copied to the host in one
         copy, without waiting)."""
-        counts = torch.stack([num_accepted, num_emitted, was_finished.long(), finished.long()]).flatten()  # [4 B]
-        if evidence is not None:
-            counts = torch.cat([counts, evidence.flatten()])  # [4 B + 2 A]
+        parts = [num_accepted, num_emitted, was_finished.long(), finished.long()]
+        counts = torch.cat(parts if evidence is None else [*parts, evidence.flatten()])  # [4 B] or [4 B + 2 A]
         if not self.cuda:
             self.queue.append((arm, gamma, counts, len(num_accepted), start, time.perf_counter()))
             return

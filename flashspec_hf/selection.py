@@ -449,9 +449,10 @@ def make_selector(spec: str | Selector | None) -> Selector:
     best fixed arm in every domain, against 0.90–0.94× with the ``call_memory`` of 8 it had until 2026-12-06
     (``benchmarks/results/selection_replay_cpu_2026-12-06``). Where no side evidence comes (the CPU's dynamic
     loop, sampling, pools without draft models of their own, e.g. early exits and prompt lookup) it is discount 0.99
-    alone: replayed, 0.94–0.96× on chat and ≥ 0.96× elsewhere; on the CPU demo no domain got slower. It does not read the prompt: with a
-    ``prompt_weight`` of 16 it was slower on the H200 in 10 of 12 domain comparisons over four runs) or an instance
-    (kept as is, with what it learned); None = Thompson. The caller fits it to its arms with :meth:`Selector.ensure`.
+    alone: replayed, 0.959–0.971× on chat (0.942× for the worst seed) and ≥ 0.968× elsewhere (0.957×); on the CPU
+    demo no domain got slower. It does not read the prompt: with a ``prompt_weight`` of 16 it was slower on the H200 in
+    10 of 12 domain comparisons over four runs) or an instance (kept as is, with what it learned); None =
+    Thompson. The caller fits it to its arms with :meth:`Selector.ensure`.
 
     Raises:
         ValueError: unknown name. TypeError: neither a name nor a :class:`Selector`.
