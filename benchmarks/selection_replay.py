@@ -16,8 +16,8 @@ One stock greedy ``generate`` per prompt and one forward per draft model give ev
 first, twice each: an eager use, then the capture), the step advances the row, its report reaches the selector
 ``MAX_IN_FLIGHT`` steps later, and the steps queued after the row finished still cost time. A step takes its arm's
 step time as run on the GPU (``--step-ms``); the selector is given calibrated costs: ``run`` (those times) or
-``host`` (the skew of host-timed calibration measured on the H200 on 2026-12-05: a draft model's step 1.43× a lookup
-step, a plain step 1.00×). Per domain, as ``benchmarks.domain_bench`` runs it, and for a ``mixed`` stream of the
+``host`` (the skew of host-timed calibration, ``--host-costs``; by default as measured on the H200 on 2026-12-05: a
+draft model's step 1.43× a lookup step, a plain step 1.00×). Per domain, as ``benchmarks.domain_bench`` runs it, and for a ``mixed`` stream of the
 domains' prompts in turn (one selector serving them all, as the demo's does) and a ``shift`` stream (every chat
 prompt, then every code prompt, then every prose prompt: a selector must follow the change): one selector per
 engine, a warm-up call on the first prompt, then every prompt (its seconds: the steps' plus ``--call-ms``);
@@ -44,8 +44,6 @@ from flashspec_hf.models import distilled_assistants, load_target
 
 from . import DEFAULT_SELECTOR, selector_from_spec
 
-HOST_SKEW = {"draft": 1.43, "prompt_lookup": 1.0, "plain": 1.0}
-"""Host-timed calibrated cost per arm kind, relative to a lookup step (H200, SmolLM2-135M, B = 1, 2026-12-05)."""
 
 
 def parse_args():
@@ -60,6 +58,9 @@ def parse_args():
     p.add_argument("--gamma", type=int, default=4)
     p.add_argument("--step-ms", default="draft=2.58,prompt_lookup=2.00,plain=1.80",
                    help="step time as run per arm kind (H100, domain_bench at 689a21c; plain: H200 at 4b40e5b)")
+    p.add_argument("--host-costs", default="draft=1.43,prompt_lookup=1.0,plain=1.0",
+                   help="host-timed calibrated cost per arm kind or arm name, relative to a lookup step (default: "
+                        "H200, SmolLM2-135M, B = 1, 2026-12-05)")
     p.add_argument("--call-ms", type=float, default=6.0, help="per-call time outside the steps (prefill, set-up)")
     p.add_argument("--adaptive-step-factor", type=float, default=1.02,
                    help="step time of an arm under a selector that switches, over the same arm fixed (H100, "
@@ -169,7 +170,8 @@ def main():
     run_ms = dict(kv.split("=") for kv in args.step_ms.split(","))
     step_s = [float(run_ms[k]) / 1000 for k in kinds]
     lookup_s = step_s[kinds.index("prompt_lookup")]
-    given = {"run": step_s, "host": [HOST_SKEW[k] * lookup_s for k in kinds]}
+    host = {k: float(v) for k, v in (kv.split("=") for kv in args.host_costs.split(","))}
+    given = {"run": step_s, "host": [host.get(n, host.get(k)) * lookup_s for n, k in zip(names, kinds)]}
     engines = {f"fixed {n}": (lambda a=a: FixedArm(a), "run") for a, n in enumerate(names)}
     for spec in args.selectors.split(","):
         engines |= {f"{spec} ({costs} costs)": (lambda spec=spec: selector_from_spec(spec), costs) for costs in given}
