@@ -16,7 +16,10 @@ event intervals, so the GPU's idle time between steps is not in them) and ``othe
 time: the GPU waiting for the host between steps, the prefills' GPU time where set-up did not wait for it, the up to
 three steps queued after every row finished, and generate's own work). ``--repeats`` runs it all again with fresh
 selectors; a fresh selector starts from the same seed and the calibrated costs are kept on the target, so repeats
-sample timing noise, not the selectors' paths. Writes OUT/domain_bench.csv, .png and .env.txt.
+sample timing noise, not the selectors' paths (give specs other seeds for that: ``default:seed=1``). A spec ending
+in ``@host-costs`` runs that selector with its arm costs timed from the host, as before 2026-12-06, where steps are
+captured as CUDA graphs (:mod:`flashspec_hf.costs`; an A/B of the replayed timing). Writes OUT/domain_bench.csv,
+.png and .env.txt.
 
     python -m benchmarks.domain_bench --corpus corpus.json.gz --out DIR [--selectors default,cost_aware_ucb1]
 """
@@ -29,14 +32,20 @@ import json
 import statistics
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 import transformers
 
+import flashspec_hf.decoding
 from flashspec_hf import FixedArm, PromptLookup
+from flashspec_hf.costs import arm_costs
 from flashspec_hf.models import distilled_assistants, load_target
 
 from . import selector_from_spec
+
+HOST_COSTS = "@host-costs"
+"""Suffix of a ``--selectors`` spec whose arm costs are timed from the host (module docstring)."""
 
 COLUMNS = ["repeat", "domain", "engine", "prompts", "new_tokens", "seconds", "tok_s", "vs_static", "tau", "shares",
            "step_ms", "setup_ms", "steps_ms", "other_ms"]
@@ -56,13 +65,14 @@ def parse_args():
     p.add_argument("--repeats", type=int, default=1, help="passes over every domain, each with fresh selectors")
     args = p.parse_args()
     for name in args.selectors.split(","):
-        selector_from_spec(name)  # an unknown name fails before the model loads
+        selector_from_spec(name.removesuffix(HOST_COSTS))  # an unknown name fails before the model loads
     return args
 
 
 def engines(assistants: list, selectors: list[str]) -> dict[str, dict]:
     """generate kwargs per engine: stock static, each of ``selectors`` (fresh, from
-    :func:`benchmarks.selector_from_spec`) over the default pool, and each fixed arm of that pool."""
+    :func:`benchmarks.selector_from_spec`) over the default pool (with an ``arm_costs`` entry timing from the host for
+    a spec ending in :data:`HOST_COSTS`), and each fixed arm of that pool."""
     pool = [*assistants, PromptLookup()]
     fixed = {
         f"fixed {getattr(a, 'name', None) or a.config.name_or_path}": dict(assistant_models=pool, selector=FixedArm(i),
@@ -71,7 +81,8 @@ def engines(assistants: list, selectors: list[str]) -> dict[str, dict]:
     }
     return {
         "stock static": dict(cache_implementation="static"),
-        **{name: dict(assistant_models=pool, selector=selector_from_spec(name), flashspec=True)
+        **{name: dict(assistant_models=pool, selector=selector_from_spec(name.removesuffix(HOST_COSTS)), flashspec=True,
+                      **({"arm_costs": host_timed_costs} if name.endswith(HOST_COSTS) else {}))
            for name in selectors},
         **fixed,
     }
@@ -87,11 +98,20 @@ def step_times(selector, names: list[str], seconds: dict[int, list[float]]) -> s
                     + (f"{1000 * calibrated[a]:.2f}" if calibrated else "-") for a, s in sorted(seconds.items()))
 
 
+def host_timed_costs(*args) -> list[float]:
+    """:func:`flashspec_hf.costs.arm_costs` with its last argument, ``graphed``, False: forwards timed from the host."""
+    return arm_costs(*args[:-1], graphed=False)
+
+
 def timed(model, ids, mask, new_tokens, kwargs) -> tuple[torch.Tensor, float]:
-    torch.cuda.synchronize() if ids.is_cuda else None
-    start = time.perf_counter()
-    out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, **kwargs)
-    torch.cuda.synchronize() if ids.is_cuda else None
+    """One greedy generate call with the engine's kwargs (its ``arm_costs`` entry, if any, in place of decoding's
+    meanwhile) -> (sequences, seconds)."""
+    kwargs = dict(kwargs)
+    with mock.patch.object(flashspec_hf.decoding, "arm_costs", kwargs.pop("arm_costs", arm_costs)):
+        torch.cuda.synchronize() if ids.is_cuda else None
+        start = time.perf_counter()
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=new_tokens, do_sample=False, **kwargs)
+        torch.cuda.synchronize() if ids.is_cuda else None
     return out, time.perf_counter() - start
 
 

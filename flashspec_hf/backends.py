@@ -79,6 +79,9 @@ class Backend(ABC):
     """Where a step's keep-current forwards run beside its target forward (:mod:`~flashspec_hf.streams`; None: in
     line)."""
 
+    graphed: bool = False
+    """Whether steps are captured as CUDA graphs and replayed."""
+
     def __init__(self, batch_size: int, vocab_size: int, gammas: list[int], device: torch.device):
         self.batch_size, self.vocab_size, self.gammas, self.device = batch_size, vocab_size, gammas, device
         self.buffers = Buffers(device)

@@ -117,10 +117,16 @@ def speculative_step(run: Run, arm: int) -> Step:
     if run.recorder.active:
         run.recorder.add(target_scores, logits, num_emitted)
     join()
-    evidence = None if run.evidence is None else run.evidence.score(source, gamma, output, num_accepted,
-                                                                     ~was_finished)  # [A, 2]
+    scored = []  # the side evidence, int64 [A, 2]: scored beside the commit, which writes nothing it reads
+
+    def score() -> None:
+        scored.append(run.evidence.score(source, gamma, output, num_accepted, ~was_finished))
+
+    join = fork(run.side_stream, score) if run.evidence is not None else lambda: None
     if run.commit_in_step is not None:
         run.commit_in_step(run.columns, output, num_accepted, gamma, was_finished)
+    join()
+    evidence = scored[0] if scored else None
     return Step(arm, gamma, output, num_accepted, num_emitted, was_finished, finished, num_new_before, evidence)
 
 
@@ -276,7 +282,7 @@ def speculative_decode(
         if selector.cost_aware:
             with record_function("flashspec.arm_costs"):
                 selector.set_costs(arm_costs(target, sources, arms, columns, type(backend).__name__,
-                                             run.side_stream, evidence is not None))
+                                             run.side_stream, evidence is not None, backend.graphed))
         if window is not None:
             with record_function("flashspec.prior"):
                 selector.prior(*prompt_agreement(target, sources, arms, run.ctx, window))

@@ -1,12 +1,14 @@
-"""Work a step runs beside its target forward: the forwards keeping the draft models that did not draft current.
+"""Work a step runs beside its main line: the forwards keeping the draft models that did not draft current, beside
+the target's forward, and the side evidence's scoring, beside the commit.
 
-They read the columns the step's drafts were written to and write only their own caches (and, for side evidence,
-their guesses to buffers of their own, read after the join), and nothing reads those caches before the step's commit
-rewinds them: on a GPU they can run on a side stream, concurrently with the
-target's forward and the verification, and join the step before its commit. At batch 1 a step's kernels leave
-most of the GPU idle, so the draft forwards' kernels run in its gaps. Forking from and joining the capturing stream
-is how a CUDA graph captures concurrent branches (CUDA programming guide, "Cross-stream dependencies and events").
-"""
+The keep-current forwards read the columns the step's drafts were written to and write only their own caches (and,
+for side evidence, their guesses to buffers of their own, read after the join), and nothing reads those caches
+before the step's commit rewinds them: on a GPU they can run on a side stream, concurrently with the target's
+forward and the verification, and join the step before its commit. At batch 1 a step's kernels leave most of the GPU
+idle, so the draft forwards' kernels run in its gaps. The scoring (:meth:`~flashspec_hf.evidence.SideEvidence.score`,
+about 18 small kernels) reads the verified tokens and those guesses, none of which the commit writes, so it runs
+beside the commit and joins the step at its end. Forking from and joining the capturing stream is how a CUDA graph
+captures concurrent branches (CUDA programming guide, "Cross-stream dependencies and events")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """Cost-aware selection: calibrated arm costs, the plain-decoding arm, and seeded calls that repeat."""
 
+import contextlib
+
 import pytest
 import torch
 
@@ -183,7 +185,7 @@ def test_keep_current_forwards_cost_what_the_step_runs(monkeypatch, beside, evid
     drafts = {0: _Timed("a", 0.1, 6), 1: _Timed("b", 0.2, 6)}
     arms = [(0, 4), (1, 4), (2, 4), (3, 0)]  # the two models, prompt lookup, plain decoding
     table = costs._calibrate(target, drafts, {}, arms, columns=None, side_stream=object() if beside else None,
-                             evidence=evidence)
+                             evidence=evidence, graphed=False)
     if beside:
         want = [0.5 + 4 * 0.1, 0.5 + 4 * 0.2, 0.5, 0.5]
         assert sides == {(("b", 5),), (("a", 5),), (("a", 5), ("b", 5)), (("a", 1), ("b", 1))}
@@ -195,3 +197,66 @@ def test_keep_current_forwards_cost_what_the_step_runs(monkeypatch, beside, evid
     drafting, current = repr(1), repr(4 if evidence else NO_LOGITS)
     assert {k for k in _Timed.keeps if k[0] != "target"} == {(d, w, keep) for d in "ab" for w, keep in
                                                              [(1, drafting), (1, repr(NO_LOGITS)), (5, current)]}
+
+
+def test_graphed_timing_captures_each_job_once_after_the_warm_ups_and_times_its_replays(monkeypatch):
+    """``graphed``: the warm-up rounds launch each job (compiling it), the first timed round captures each job
+    once, its forwards (those beside it too) then its rewind, on the device of the columns, and every timed round
+    times replays of that capture; the runners stand where they stood."""
+    from types import SimpleNamespace
+
+    from flashspec_hf import costs
+
+    events, devices, capturing = [], [], [False]
+
+    class Runner(_Timed):
+        def forward(self, columns, width, keep):
+            events.append(("capture" if capturing[0] else "run", self.name))
+            self.seen += width
+
+        def rewind(self, seen):
+            events.append(("rewind", self.name))
+            self.seen = seen
+
+    def captured(work):
+        capturing[0] = True
+        work()
+        capturing[0] = False
+        job = next(name for kind, name in reversed(events) if kind == "capture" and name != "beside")
+        return lambda: events.append(("replay", job)) or {"target": 0.5, "draft": 0.1}[job]
+
+    monkeypatch.setattr(costs, "_captured", captured)
+    monkeypatch.setattr(costs, "_replay_seconds", lambda replay: replay())
+    monkeypatch.setattr(costs.torch.cuda, "device", lambda d: devices.append(d) or contextlib.nullcontext())
+    target, draft, beside = Runner("target", 0.5, 7), Runner("draft", 0.1, 6), Runner("beside", 0.0, 5)
+    columns = SimpleNamespace(tokens=torch.zeros(1, 3, dtype=torch.long))
+    jobs = [(target, 5, 5, ((beside, 5, 0),)), (draft, 1, 1, ())]
+    assert costs.forward_seconds(jobs, columns, graphed=True) == pytest.approx([0.5, 0.1])
+    warm = [e for r in range(costs.WARM_UPS) for job in (["target", "draft"][r % 2:] + ["target", "draft"])[:2]
+            for e in ([("run", "beside"), ("run", "target"), ("rewind", "target"), ("rewind", "beside")]
+                      if job == "target" else [("run", "draft"), ("rewind", "draft")])]
+    assert events[: len(warm)] == warm
+    captures = [e for e in events[len(warm):] if e[0] != "replay"]
+    assert sorted(captures) == sorted([("capture", "beside"), ("capture", "target"), ("rewind", "target"),
+                                       ("rewind", "beside"), ("capture", "draft"), ("rewind", "draft")])
+    assert sorted(name for kind, name in events if kind == "replay") == ["draft"] * costs.REPEATS + [
+        "target"] * costs.REPEATS
+    assert devices == [columns.tokens.device] and (target.seen, draft.seen, beside.seen) == (7, 6, 5)
+
+
+def test_tables_timed_as_replays_are_kept_apart(monkeypatch, target, assistants):
+    """A table timed from replays (a backend that captures its steps) is not reused by a call that launches its
+    steps from the host, nor the other way round."""
+    import flashspec_hf.decoding
+    from flashspec_hf import costs
+
+    calibrated = []  # the graphed argument of each calibration
+    monkeypatch.setattr(costs, "_calibrate", lambda *args: calibrated.append(args[-1]) or [1.0] * len(args[3]))
+    ids, mask = left_padded(ROWS)
+    target.__dict__.pop("_flashspec_arm_costs", None)
+    for graphed in [False, True, True, False]:
+        monkeypatch.setattr(flashspec_hf.decoding, "arm_costs",
+                            lambda *args, graphed=graphed: costs.arm_costs(*args[:-1], graphed))
+        target.generate(ids, attention_mask=mask, max_new_tokens=2, flashspec=True, selector="cost_aware_ucb1",
+                        assistant_models=assistants)
+    assert calibrated == [False, True]

@@ -107,6 +107,29 @@ def test_static_engine_with_cuda_graphs_equals_stock(disable_compile):
     assert [type(runner) is EarlyExitRunner for runner in session.runners.values()] == [False, True, False, False]
 
 
+def test_arm_costs_are_timed_as_replays_of_captured_forwards(monkeypatch):
+    """A cost-aware call on the static backend times its arm costs as CUDA-graph replays: one capture per timed job
+    (the keep-current forwards on the side stream inside it, keeping logits for the side evidence), each rewound
+    inside its graph, so the output is still stock's and every arm costs a positive time (this fails if the
+    calibration launched its forwards from the host)."""
+    from flashspec_hf import SELECTORS, PromptLookup, costs
+
+    captured, capture, jobs, timed = [], costs._captured, [], costs.forward_seconds
+    monkeypatch.setattr(costs, "_captured", lambda work: captured.append(torch.cuda.current_device()) or capture(work))
+    monkeypatch.setattr(costs, "forward_seconds", lambda *args: jobs.append(len(args[0])) or timed(*args))
+    target, drafts = _static_models()
+    target.__dict__.pop("_flashspec_arm_costs", None)
+    rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60], [77, 3, 51, 51, 9]]
+    ids, mask = left_padded(rows)
+    selector = SELECTORS["cost_aware_discounted_thompson"]()
+    out = target.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=24, do_sample=False,
+                          assistant_models=[*drafts, PromptLookup()], selector=selector,
+                          cache_implementation="static", flashspec=True)
+    assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 24)
+    assert jobs and captured == [target.device.index] * sum(jobs)
+    assert all(cost > 0 for cost in selector.costs)
+
+
 def test_static_engine_with_the_prompt_prior_equals_stock():
     """A selector reading the prompt: the compiled static prefill keeps the logits of the window's columns
     (their count W changes with the prompt's length between calls) and every draft guesses them; output stays equal
@@ -248,6 +271,28 @@ def test_side_evidence_in_captured_steps_equals_the_oracle(monkeypatch):
 
     target, drafts = models()
     check_side_evidence_against_oracle(target.cuda(), [d.cuda() for d in drafts], _Recording(0), monkeypatch, calls=4)
+
+
+def test_side_evidence_is_scored_beside_the_commit_and_joins_the_step(monkeypatch):
+    """The scoring runs on the session's side stream, in captured steps too, delayed on the GPU (a sleep kernel
+    captured before it): a report read before it joined the step would hold another step's counts, or none, so
+    every step's evidence must still equal the oracle's."""
+    from flashspec_hf.evidence import SideEvidence
+
+    from .test_evidence import _Recording, check_side_evidence_against_oracle, models
+
+    streams, score = [], SideEvidence.score
+
+    def delayed(self, *args):
+        streams.append(torch.cuda.current_stream())
+        torch.cuda._sleep(2_000_000)  # about a millisecond
+        return score(self, *args)
+
+    monkeypatch.setattr(SideEvidence, "score", delayed)
+    target, drafts = models()
+    check_side_evidence_against_oracle(target.cuda(), [d.cuda() for d in drafts], _Recording(0), monkeypatch, calls=3)
+    (session,) = target.__dict__["_flashspec_static_sessions"].values()
+    assert streams and all(stream == session.side for stream in streams)
 
 
 @pytest.mark.parametrize("prompt_prior", [False, True])
