@@ -98,9 +98,9 @@ def step_times(selector, names: list[str], seconds: dict[int, list[float]]) -> s
                     + (f"{1000 * calibrated[a]:.2f}" if calibrated else "-") for a, s in sorted(seconds.items()))
 
 
-def host_timed_costs(*args) -> list[float]:
-    """:func:`flashspec_hf.costs.arm_costs` with its last argument, ``graphed``, False: forwards timed from the host."""
-    return arm_costs(*args[:-1], graphed=False)
+def host_timed_costs(*args, **kwargs) -> list[float]:
+    """:func:`flashspec_hf.costs.arm_costs` with ``graphed`` False: forwards timed from the host."""
+    return arm_costs(*args, **kwargs | {"graphed": False})
 
 
 def timed(model, ids, mask, new_tokens, kwargs) -> tuple[torch.Tensor, float]:

@@ -76,8 +76,8 @@ class Backend(ABC):
     (compilation happens there; a prefill's count in the set-up); 0 without CUDA graphs."""
 
     side_stream: torch.cuda.Stream | None = None
-    """Where a step's keep-current forwards run beside its target forward (:mod:`~flashspec_hf.streams`; None: in
-    line)."""
+    """Where a step's keep-current forwards run beside its target forward, and its side evidence's scoring beside its
+    commit (:mod:`~flashspec_hf.streams`; None: in line)."""
 
     graphed: bool = False
     """Whether steps are captured as CUDA graphs and replayed."""

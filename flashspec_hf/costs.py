@@ -18,8 +18,9 @@ Timed from the host, the costs of captured steps come out 7–8× their times as
 SmolLM2-135M, B = 1: on 2026-12-05 a chat or code draft's step 1.43× a lookup step where it runs at 1.26×; on
 2026-12-06 1.30–1.43× where it runs at 1.28×). Replayed on 24 held-out prompts a domain and 8 selector seeds, that
 skew cost the default selector about 3% of its tokens/s on chat and nothing on code and prose
-(``benchmarks/results/h200_2026-12-06_side_evidence``). Timed as replays (H100, 2026-12-05), a draft step came out at
-0.88–0.90× its time as run: the verification and the commit, common to every arm, are not timed.
+(``benchmarks/results/h200_2026-12-06_side_evidence``). Timed as replays (H100, 2026-12-05, each forward's rewind and
+graph launch then included), a draft step came out at 0.88–0.90× its time as run: the verification and the commit,
+common to every arm, are not timed.
 """
 
 from __future__ import annotations
@@ -117,9 +118,12 @@ def forward_seconds(jobs: list[tuple[Runner, int, int, tuple]], columns: Columns
     and each job's time is its fastest. Another process can only slow a forward down, and a slow moment of the
     machine then costs one round of every job rather than every round of one, so the ratios between arms do not
     follow the moment the table was calibrated in. A timed round launches the job from the host and times it on the
-    host clock, synchronised (:func:`_host_seconds`), and rewinds it untimed; with ``graphed`` (static runners,
-    captured on the device of ``columns``), it replays a CUDA graph captured from the job, rewind included, after the
-    warm-ups (:func:`_replay_seconds`), as a captured step runs it."""
+    host clock, synchronised (:func:`_host_seconds`), and rewinds it untimed. With ``graphed`` (static runners,
+    captured on the device of ``columns``), after the warm-ups each job is captured once as a CUDA graph, its rewind
+    included, and its rewind alone as another (all of them in one memory pool: they replay one after another and
+    their outputs are never read); a timed round replays both (:func:`_replay_seconds`) and counts the difference, the
+    job's forwards as a captured step runs them, without the rewind and the graph launch, which a step pays once for
+    all its forwards."""
     stood = [[_where(r) for r in _runners(job)] for job in jobs]
 
     def run(job: int) -> None:
@@ -137,7 +141,8 @@ def forward_seconds(jobs: list[tuple[Runner, int, int, tuple]], columns: Columns
         rewind(job)
 
     times = [[] for _ in jobs]
-    replays: dict[int, Callable[[], None]] = {}
+    replays: dict[int, tuple[Callable[[], None], Callable[[], None]]] = {}  # job -> replays: it, its rewind alone
+    pool = torch.cuda.graph_pool_handle() if graphed else None
     with torch.cuda.device(columns.tokens.device) if graphed else contextlib.nullcontext():
         for round_ in range(WARM_UPS + REPEATS):
             for job in [(round_ + i) % len(jobs) for i in range(len(jobs))]:
@@ -145,8 +150,10 @@ def forward_seconds(jobs: list[tuple[Runner, int, int, tuple]], columns: Columns
                     run_and_rewind(job)
                 elif graphed:
                     if job not in replays:
-                        replays[job] = _captured(functools.partial(run_and_rewind, job))
-                    times[job].append(_replay_seconds(replays[job]))
+                        replays[job] = (_captured(functools.partial(run_and_rewind, job), pool),
+                                        _captured(functools.partial(rewind, job), pool))
+                    whole, rewound = (_replay_seconds(replay) for replay in replays[job])
+                    times[job].append(max(whole - rewound, 0.0))
                 else:
                     times[job].append(_host_seconds(functools.partial(run, job)))
                     rewind(job)
@@ -172,11 +179,12 @@ def _host_seconds(work: Callable[[], None]) -> float:
     return time.perf_counter() - start
 
 
-def _captured(work: Callable[[], None]) -> Callable[[], None]:
-    """``work`` captured once as a CUDA graph (its own memory pool, freed with it) on the current device; returns its
-    replay. ``work`` must leave every tensor it reads as it found it (a job's rewind), so replays can repeat."""
+def _captured(work: Callable[[], None], pool) -> Callable[[], None]:
+    """``work`` captured once as a CUDA graph in memory ``pool`` (a ``torch.cuda.graph_pool_handle``, freed with the
+    graphs) on the current device; returns its replay. ``work`` must leave every tensor it reads as it found it (a
+    job's rewind), so replays can repeat."""
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, pool=pool):
         work()
     return graph.replay
 

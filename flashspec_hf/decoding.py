@@ -85,7 +85,7 @@ class Run:
     finished: torch.Tensor  # bool [B], updated in place
     groups: Groups  # rows by tokens generated (kept current only when processors or criteria need them)
     commit_in_step: Callable | None  # the static backend's commit, part of the step (None: after the report)
-    side_stream: torch.cuda.Stream | None  # where the keep-current forwards run (None: in line)
+    side_stream: torch.cuda.Stream | None  # where the keep-current forwards and the scoring run (None: in line)
     evidence: SideEvidence | None  # gathers the side evidence of each step (None: the selector gets none)
 
     @property
@@ -282,7 +282,8 @@ def speculative_decode(
         if selector.cost_aware:
             with record_function("flashspec.arm_costs"):
                 selector.set_costs(arm_costs(target, sources, arms, columns, type(backend).__name__,
-                                             run.side_stream, evidence is not None, backend.graphed))
+                                             side_stream=run.side_stream, evidence=evidence is not None,
+                                             graphed=backend.graphed))
         if window is not None:
             with record_function("flashspec.prior"):
                 selector.prior(*prompt_agreement(target, sources, arms, run.ctx, window))

@@ -22,9 +22,10 @@ def fork(side: torch.cuda.Stream | None, work: Callable[[], object]) -> Callable
     ``join``, which makes the current stream wait for it. With ``side`` None, ``work`` runs here and now and
     ``join`` does nothing.
 
-    ``work`` must read only tensors that outlive the step (the columns, the caches, ``seen``): a temporary the
-    current stream frees could be reused under it. Until ``join``, the current stream must not write what ``work``
-    reads or writes (the step's commit writes the columns and rewinds every runner's ``seen``: it comes after).
+    ``work`` must read only tensors the current stream keeps referenced until ``join`` (the columns, the caches,
+    ``seen``, the step's verified tokens): a temporary the current stream frees could be reused under it. Until
+    ``join``, the current stream must not write what ``work`` reads or writes (the step's commit writes the columns
+    and rewinds every runner's ``seen``: it comes after the keep-current forwards' join; the scoring reads neither).
     """
     if side is None:
         work()

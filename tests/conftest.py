@@ -123,6 +123,6 @@ def cheap_drafts(monkeypatch):
     selectors draft in tests about exactness whatever this machine's timings are."""
     import flashspec_hf.decoding
 
-    monkeypatch.setattr(flashspec_hf.decoding, "arm_costs", lambda target, sources, arms, *_: [
+    monkeypatch.setattr(flashspec_hf.decoding, "arm_costs", lambda target, sources, arms, *_, **__: [
         100.0 if gamma == 0 else 1.0 for _, gamma in arms
     ])

@@ -53,7 +53,7 @@ def test_the_plain_arm_wins_when_drafts_cannot_pay(target, monkeypatch):
     five plain ones): a tiny model's timings on a busy CPU are too noisy to test the choice with."""
     import flashspec_hf.decoding
 
-    monkeypatch.setattr(flashspec_hf.decoding, "arm_costs", lambda target, sources, arms, *_: [
+    monkeypatch.setattr(flashspec_hf.decoding, "arm_costs", lambda target, sources, arms, *_, **__: [
         1.0 if gamma == 0 else 5.0 for _, gamma in arms
     ])
     contrary = tiny_llama(layers=1, seed=11, peak=8.0)
@@ -200,14 +200,15 @@ def test_keep_current_forwards_cost_what_the_step_runs(monkeypatch, beside, evid
 
 
 def test_graphed_timing_captures_each_job_once_after_the_warm_ups_and_times_its_replays(monkeypatch):
-    """``graphed``: the warm-up rounds launch each job (compiling it), the first timed round captures each job
-    once, its forwards (those beside it too) then its rewind, on the device of the columns, and every timed round
-    times replays of that capture; the runners stand where they stood."""
+    """``graphed``: the warm-up rounds launch each job (compiling it); the first timed round captures each job once,
+    its forwards (those beside it too) then its rewind, and its rewind alone, on the device of the columns, all in one
+    memory pool; every timed round times replays of both and counts the difference; the runners stand where they
+    stood."""
     from types import SimpleNamespace
 
     from flashspec_hf import costs
 
-    events, devices, capturing = [], [], [False]
+    events, devices, pools, capturing = [], [], [], [False]
 
     class Runner(_Timed):
         def forward(self, columns, width, keep):
@@ -215,18 +216,23 @@ def test_graphed_timing_captures_each_job_once_after_the_warm_ups_and_times_its_
             self.seen += width
 
         def rewind(self, seen):
-            events.append(("rewind", self.name))
+            events.append(("capture rewind" if capturing[0] else "rewind", self.name))
             self.seen = seen
 
-    def captured(work):
+    def captured(work, pool):
+        pools.append(pool)
+        first = len(events)
         capturing[0] = True
         work()
         capturing[0] = False
-        job = next(name for kind, name in reversed(events) if kind == "capture" and name != "beside")
-        return lambda: events.append(("replay", job)) or {"target": 0.5, "draft": 0.1}[job]
+        forwards = [name for kind, name in events[first:] if kind == "capture"]  # those beside, then its own
+        job = forwards[-1] if forwards else "rewind of " + events[first][1]
+        seconds = {"target": 0.6, "draft": 0.15, "rewind of target": 0.1, "rewind of draft": 0.05}[job]
+        return lambda: events.append(("replay", job)) or seconds
 
     monkeypatch.setattr(costs, "_captured", captured)
     monkeypatch.setattr(costs, "_replay_seconds", lambda replay: replay())
+    monkeypatch.setattr(costs.torch.cuda, "graph_pool_handle", lambda: "pool")
     monkeypatch.setattr(costs.torch.cuda, "device", lambda d: devices.append(d) or contextlib.nullcontext())
     target, draft, beside = Runner("target", 0.5, 7), Runner("draft", 0.1, 6), Runner("beside", 0.0, 5)
     columns = SimpleNamespace(tokens=torch.zeros(1, 3, dtype=torch.long))
@@ -237,11 +243,14 @@ def test_graphed_timing_captures_each_job_once_after_the_warm_ups_and_times_its_
                       if job == "target" else [("run", "draft"), ("rewind", "draft")])]
     assert events[: len(warm)] == warm
     captures = [e for e in events[len(warm):] if e[0] != "replay"]
-    assert sorted(captures) == sorted([("capture", "beside"), ("capture", "target"), ("rewind", "target"),
-                                       ("rewind", "beside"), ("capture", "draft"), ("rewind", "draft")])
-    assert sorted(name for kind, name in events if kind == "replay") == ["draft"] * costs.REPEATS + [
-        "target"] * costs.REPEATS
-    assert devices == [columns.tokens.device] and (target.seen, draft.seen, beside.seen) == (7, 6, 5)
+    assert sorted(captures) == sorted([("capture", "beside"), ("capture", "target"), ("capture rewind", "target"),
+                                       ("capture rewind", "beside"), ("capture rewind", "target"),
+                                       ("capture rewind", "beside"), ("capture", "draft"),
+                                       ("capture rewind", "draft"), ("capture rewind", "draft")])
+    replays = sorted(name for kind, name in events if kind == "replay")
+    assert replays == sorted(["draft", "rewind of draft", "target", "rewind of target"] * costs.REPEATS)
+    assert pools == ["pool"] * 4 and devices == [columns.tokens.device]
+    assert (target.seen, draft.seen, beside.seen) == (7, 6, 5)
 
 
 def test_tables_timed_as_replays_are_kept_apart(monkeypatch, target, assistants):
@@ -256,7 +265,7 @@ def test_tables_timed_as_replays_are_kept_apart(monkeypatch, target, assistants)
     target.__dict__.pop("_flashspec_arm_costs", None)
     for graphed in [False, True, True, False]:
         monkeypatch.setattr(flashspec_hf.decoding, "arm_costs",
-                            lambda *args, graphed=graphed: costs.arm_costs(*args[:-1], graphed))
+                            lambda *args, forced=graphed, **kw: costs.arm_costs(*args, **kw | {"graphed": forced}))
         target.generate(ids, attention_mask=mask, max_new_tokens=2, flashspec=True, selector="cost_aware_ucb1",
                         assistant_models=assistants)
     assert calibrated == [False, True]

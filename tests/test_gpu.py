@@ -108,14 +108,15 @@ def test_static_engine_with_cuda_graphs_equals_stock(disable_compile):
 
 
 def test_arm_costs_are_timed_as_replays_of_captured_forwards(monkeypatch):
-    """A cost-aware call on the static backend times its arm costs as CUDA-graph replays: one capture per timed job
-    (the keep-current forwards on the side stream inside it, keeping logits for the side evidence), each rewound
-    inside its graph, so the output is still stock's and every arm costs a positive time (this fails if the
-    calibration launched its forwards from the host)."""
+    """A cost-aware call on the static backend times its arm costs as CUDA-graph replays: two captures per timed job
+    (the job, the keep-current forwards on the side stream inside it, keeping logits for the side evidence, then its
+    rewind; and the rewind alone), so the output is still stock's and every arm costs a positive time (this fails if
+    the calibration launched its forwards from the host)."""
     from flashspec_hf import SELECTORS, PromptLookup, costs
 
     captured, capture, jobs, timed = [], costs._captured, [], costs.forward_seconds
-    monkeypatch.setattr(costs, "_captured", lambda work: captured.append(torch.cuda.current_device()) or capture(work))
+    monkeypatch.setattr(costs, "_captured",
+                        lambda work, pool: captured.append(torch.cuda.current_device()) or capture(work, pool))
     monkeypatch.setattr(costs, "forward_seconds", lambda *args: jobs.append(len(args[0])) or timed(*args))
     target, drafts = _static_models()
     target.__dict__.pop("_flashspec_arm_costs", None)
@@ -126,7 +127,7 @@ def test_arm_costs_are_timed_as_replays_of_captured_forwards(monkeypatch):
                           assistant_models=[*drafts, PromptLookup()], selector=selector,
                           cache_implementation="static", flashspec=True)
     assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 24)
-    assert jobs and captured == [target.device.index] * sum(jobs)
+    assert jobs and captured == [target.device.index] * 2 * sum(jobs)
     assert all(cost > 0 for cost in selector.costs)
 
 
