@@ -138,9 +138,7 @@ class ModelDrafts(DraftSource):
     def keeps_current(self) -> bool:
         return self.runner.keeps_current
 
-    @property
-    def gives_side_evidence(self) -> bool:
-        return self.runner.keeps_current
+    gives_side_evidence = keeps_current  # every draft model that runs a keep-current forward can keep its logits
 
     def keep_current(self, ctx: DraftContext, gamma: int, guesses: torch.Tensor | None = None) -> None:
         scored = guesses is not None and gamma > 0

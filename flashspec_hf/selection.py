@@ -447,7 +447,9 @@ def make_selector(spec: str | Selector | None) -> Selector:
     of about 500 steps; ``cost_aware_discounted_thompson`` 0.99, about 100 steps, with side evidence, for one
     selector serving a stream of prompts whose domain changes: replayed on 72 held-out prompts it kept ≥ 0.98× its
     best fixed arm in every domain, against 0.90–0.94× with the ``call_memory`` of 8 it had until 2026-12-06
-    (``benchmarks/results/selection_replay_cpu_2026-12-06``). Where no side evidence comes (the CPU's dynamic
+    (``benchmarks/results/selection_replay_cpu_2026-12-06``); on the H200 (24 prompts a domain, 2026-12-06) it
+    reached 0.895× / 0.983× / 0.966× on chat / code / prose, its steps costing 1.05× a fixed arm's and its costs then
+    timed from the host (``benchmarks/results/h200_2026-12-06_side_evidence``). Where no side evidence comes (the CPU's dynamic
     loop, sampling, pools without draft models of their own, e.g. early exits and prompt lookup) it is discount 0.99
     alone: replayed, 0.959–0.971× on chat (0.942× for the worst seed) and ≥ 0.968× elsewhere (0.957×); on the CPU
     demo no domain got slower. It does not read the prompt: with a ``prompt_weight`` of 16 it was slower on the H200 in
