@@ -98,7 +98,8 @@ def parse_args():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny model and grid, for a CPU smoke test")
     p.add_argument("--profile", action="store_true",
-                   help="after each cell, one more call under torch.profiler, appended to OUT/NAME_profile.txt")
+                   help="after each cell, one more call under torch.profiler, appended to OUT/NAME_profile.txt "
+                        "(its trace: OUT/NAME_profile_ENGINE_bB.json.gz)")
     if p.parse_args().quick:  # quick defaults; explicit arguments still win
         p.set_defaults(batches="1,2", repeats=1, max_new_tokens=16, prompt_len=16, depths="1,2,3", epsilon=0.3)
     args = p.parse_args()
@@ -302,7 +303,8 @@ def profile_cell(engine, model, assistants, ids, mask, args, path):
     launched and their time, per new token and per step (every kernel of the call, prefill included, over its steps),
     by kind (:data:`KERNEL_KINDS`); the host wall ms of each ``flashspec.*`` range (the call's set-up phases and its
     steps, :mod:`flashspec_hf.decoding`; device waits included, one-off work outside them, such as the CPU's
-    few-row timing, not); and the 25 ops of most device time."""
+    few-row timing, not); and the 25 ops of most device time. The call's trace (streams, overlap) goes beside it,
+    ``<path stem>_<engine>_b<B>.json.gz`` (chrome://tracing, Perfetto)."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if model.device.type == "cuda" else [])
@@ -325,6 +327,7 @@ def profile_cell(engine, model, assistants, ids, mask, args, path):
     split = "".join(f"  {kind:<9} {n / per_step:7.1f} kernels {ms / per_step * 1e3:8.1f} us per step\n"
                     for kind, (n, ms) in kernel_kinds(kernels).items())
     sort = "device_time_total" if kernels else "cpu_time_total"
+    prof.export_chrome_trace(str(path.with_name(f"{path.stem}_{engine}_b{ids.shape[0]}.json.gz")))
     with open(path, "a") as f:
         f.write(head + split + "\n" + prof.key_averages().table(sort_by=sort, row_limit=25, max_name_column_width=70)
                 + "\n\n")

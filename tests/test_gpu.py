@@ -176,10 +176,10 @@ def test_keep_current_forwards_run_beside_the_target_and_join_before_the_commit(
 
     streams, keep_current = [], StaticRunner.keep_current
 
-    def delayed(self, columns, gamma):
+    def delayed(self, columns, gamma, logits=False):
         streams.append(torch.cuda.current_stream())
         torch.cuda._sleep(2_000_000)  # about a millisecond
-        keep_current(self, columns, gamma)
+        return keep_current(self, columns, gamma, logits=logits)
 
     monkeypatch.setattr(StaticRunner, "keep_current", delayed)
     rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60], [77, 3, 51, 51, 9]]
