@@ -1,7 +1,11 @@
 """Real prompts, B = 1, EOS on, per domain: tokens/s of stock generate with a static cache (compiled), flashspec's
 ``default`` (what a user gets: the bundled drafts plus prompt lookup under the default cost-aware selector, with its
-plain-decoding arm), other selectors over the same pool (``--selectors``) and every fixed arm of that pool, on the
-same prompts in the same run.
+plain-decoding arm), other selectors over the same pool (``--selectors``) and every arm of that pool alone (``fixed
+NAME``: that assistant or prompt lookup as the only draft source, what a user who knew the best arm would pass), on
+the same prompts in the same run. ``--pool-fixed`` adds each arm pinned inside the default pool (``pool-fixed
+NAME``: a :class:`FixedArm` over the whole pool, whose steps still run the other draft models' keep-current forwards)
+and pinned with side evidence gathered (``pool-evidence NAME``: its steps also keep the others' logits and score them,
+as the default's do): the default's step overhead, taken apart.
 
 SmolLM2-135M-Instruct (the bundled GGUF, or ``FLASHSPEC_SMOLLM2_GGUF_DIR``), held-out prompts from a corpus file
 (``{"eval": {domain: [prompt, ...]}}``, draft_release/build_distill_corpus.py), each left-padded or cut to
@@ -63,22 +67,27 @@ def parse_args():
     p.add_argument("--selectors", default="default,default:conservative=0.05",
                    help="comma-separated benchmarks.selector_from_spec specs, e.g. default,cost_aware_ucb1")
     p.add_argument("--repeats", type=int, default=1, help="passes over every domain, each with fresh selectors")
+    p.add_argument("--pool-fixed", action="store_true",
+                   help="also each arm pinned inside the pool, without and with side evidence (module docstring)")
     args = p.parse_args()
     for name in args.selectors.split(","):
         selector_from_spec(name.removesuffix(HOST_COSTS))  # an unknown name fails before the model loads
     return args
 
 
-def engines(assistants: list, selectors: list[str]) -> dict[str, dict]:
+def engines(assistants: list, selectors: list[str], pool_fixed: bool = False) -> dict[str, dict]:
     """generate kwargs per engine: stock static, each of ``selectors`` (fresh, from
     :func:`benchmarks.selector_from_spec`) over the default pool (with an ``arm_costs`` entry timing from the host for
-    a spec ending in :data:`HOST_COSTS`), and each fixed arm of that pool."""
+    a spec ending in :data:`HOST_COSTS`), each arm of that pool alone and, with ``pool_fixed``, each arm pinned inside
+    the pool without and with side evidence (module docstring)."""
     pool = [*assistants, PromptLookup()]
-    fixed = {
-        f"fixed {getattr(a, 'name', None) or a.config.name_or_path}": dict(assistant_models=pool, selector=FixedArm(i),
-                                                                          flashspec=True)
-        for i, a in enumerate(pool)
-    }
+    names = [getattr(a, "name", None) or a.config.name_or_path for a in pool]
+    fixed = {f"fixed {n}": dict(assistant_models=[a], selector=FixedArm(0), flashspec=True)
+             for n, a in zip(names, pool)}
+    if pool_fixed:
+        for i, n in enumerate(names):
+            fixed[f"pool-fixed {n}"] = dict(assistant_models=pool, selector=FixedArm(i), flashspec=True)
+            fixed[f"pool-evidence {n}"] = dict(assistant_models=pool, selector=pinned_with_evidence(i), flashspec=True)
     return {
         "stock static": dict(cache_implementation="static"),
         **{name: dict(assistant_models=pool, selector=selector_from_spec(name.removesuffix(HOST_COSTS)), flashspec=True,
@@ -86,6 +95,13 @@ def engines(assistants: list, selectors: list[str]) -> dict[str, dict]:
            for name in selectors},
         **fixed,
     }
+
+
+def pinned_with_evidence(arm: int) -> FixedArm:
+    """A :class:`FixedArm` whose calls gather side evidence (the selector ignores it): the default's step, pinned."""
+    selector = FixedArm(arm)
+    selector.side_evidence = True
+    return selector
 
 
 def step_times(selector, names: list[str], seconds: dict[int, list[float]]) -> str:
@@ -181,7 +197,8 @@ def main():
         for repeat, domain in itertools.product(range(args.repeats), args.domains.split(",")):
             enc = [tokenizer([p], return_tensors="pt", padding="max_length", truncation=True,
                              max_length=args.prompt_len).to(device) for p in prompts[domain][: args.num_prompts]]
-            tallies = run_domain(model, enc, args.max_new_tokens, engines(assistants, args.selectors.split(",")))
+            runs = engines(assistants, args.selectors.split(","), args.pool_fixed)
+            tallies = run_domain(model, enc, args.max_new_tokens, runs)
             static = tallies["stock static"]
             for engine, tally in tallies.items():
                 row = dict(repeat=repeat, domain=domain, engine=engine, **tally.row(),
@@ -214,7 +231,7 @@ def plot(rows, path):
         ax.bar([j + i * width for j in range(len(domains))], rates, width, label=name)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(domains))], domains)
     ax.set(ylabel="tokens/s (B = 1, EOS on)",
-           title="SmolLM2-135M, real prompts: selectors vs each fixed arm vs stock (mean over repeats)")
+           title="SmolLM2-135M, real prompts: selectors vs each arm alone vs stock (mean over repeats)")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -1,7 +1,7 @@
 """End-to-end greedy decoding throughput of stock generate (eager; static cache + torch.compile), stock assisted
 decoding (one assistant) and prompt-lookup decoding (``pld``; transformers allows B = 1 only for both), and
-flashspec (one fixed assistant; Thompson sampling; ``default``) in its default loop (on CUDA the static-shape loop
-with CUDA graphs) and, as *_dynamic, in its dynamic loop; ``static_autotune`` and ``*_autotune`` compile with
+flashspec (one fixed assistant, alone; Thompson sampling; ``default``) in its default loop (on CUDA the static-shape
+loop with CUDA graphs) and, as *_dynamic, in its dynamic loop; ``static_autotune`` and ``*_autotune`` compile with
 ``CompileConfig(mode="max-autotune")``.
 
 Default target: TinyLlama-1.1B's shape (hidden 2048, MLP 5632, 22 layers, 32 heads, 4 KV heads, V = 32000) with
@@ -233,8 +233,9 @@ def generate_once(engine, model, assistants, ids, mask, args, new_tokens):
 
         generator.update_candidate_strategy = record
     else:  # a selector name gives fresh statistics every call; flashspec picks its loop unless told "dynamic"
-        selector = FixedArm(args.fixed_arm) if engine.startswith("fixed") else "thompson"
-        pool = assistants
+        selector, pool = "thompson", assistants
+        if engine.startswith("fixed"):  # the one assistant alone: what a user who knew the best arm would pass
+            selector, pool = FixedArm(0), [assistants[args.fixed_arm]]
         if engine.startswith("default"):
             selector, pool = DEFAULT_SELECTOR, [*assistants, PromptLookup()]
         kw.update(assistant_models=pool, flashspec=True, selector=selector, num_assistant_tokens=args.gamma)
