@@ -110,6 +110,12 @@ def speculative_step(run: Run, arm: int) -> Step:
     output, num_accepted = verify(target_scores, drafts, draft_scores)  # [B, γ+1], [B]
     output = output.masked_fill(output == PLACEHOLDER_TOKEN_ID, run.sequences.pad_token_id)
     was_finished = run.finished.clone()  # [B]
+    scored = []  # the side evidence, int64 [A, 2]: scored beside the rest of the step, which writes nothing it reads
+
+    def score() -> None:
+        scored.append(run.evidence.score(source, gamma, output, num_accepted, ~was_finished))
+
+    join_score = fork(run.side_stream, score) if run.evidence is not None else lambda: None
     num_emitted, finished = run.stopping.cut(output, num_accepted, target_scores, was_finished, run.sequences, run.groups)
     run.finished.copy_(finished)
     num_new_before = run.sequences.num_new.clone() if run.reports.selector.full_information else None  # [B]
@@ -117,15 +123,9 @@ def speculative_step(run: Run, arm: int) -> Step:
     if run.recorder.active:
         run.recorder.add(target_scores, logits, num_emitted)
     join()
-    scored = []  # the side evidence, int64 [A, 2]: scored beside the commit, which writes nothing it reads
-
-    def score() -> None:
-        scored.append(run.evidence.score(source, gamma, output, num_accepted, ~was_finished))
-
-    join = fork(run.side_stream, score) if run.evidence is not None else lambda: None
     if run.commit_in_step is not None:
         run.commit_in_step(run.columns, output, num_accepted, gamma, was_finished)
-    join()
+    join_score()
     evidence = scored[0] if scored else None
     return Step(arm, gamma, output, num_accepted, num_emitted, was_finished, finished, num_new_before, evidence)
 

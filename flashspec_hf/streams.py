@@ -1,13 +1,15 @@
 """Work a step runs beside its main line: the forwards keeping the draft models that did not draft current, beside
-the target's forward, and the side evidence's scoring, beside the commit.
+the target's forward, and the side evidence's scoring, beside the step's end (cut, append, commit).
 
 The keep-current forwards read the columns the step's drafts were written to and write only their own caches (and,
 for side evidence, their guesses to buffers of their own, read after the join), and nothing reads those caches
 before the step's commit rewinds them: on a GPU they can run on a side stream, concurrently with the target's
 forward and the verification, and join the step before its commit. At batch 1 a step's kernels leave most of the GPU
 idle, so the draft forwards' kernels run in its gaps. The scoring (:meth:`~flashspec_hf.evidence.SideEvidence.score`,
-about 18 small kernels) reads the verified tokens and those guesses, none of which the commit writes, so it runs
-beside the commit and joins the step at its end. Forking from and joining the capturing stream is how a CUDA graph
+about 18 small kernels) reads the verified tokens and those guesses, none of which the rest of the step writes, so it
+is forked as soon as verification is enqueued, on the same side stream (after the keep-current forwards that write
+the guesses), runs beside the step's cut, append and commit, and joins the step at its end; the commit waits for the
+keep-current forwards alone (:func:`fork`'s join waits on an event recorded after its work, not on the stream). Forking from and joining the capturing stream is how a CUDA graph
 captures concurrent branches (CUDA programming guide, "Cross-stream dependencies and events")."""
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ import torch
 
 def fork(side: torch.cuda.Stream | None, work: Callable[[], object]) -> Callable[[], None]:
     """Enqueue ``work`` on the ``side`` stream, after everything enqueued so far on the current stream; returns
-    ``join``, which makes the current stream wait for it. With ``side`` None, ``work`` runs here and now and
-    ``join`` does nothing.
+    ``join``, which makes the current stream wait for ``work`` (for it alone: not for what is enqueued on ``side``
+    after it). With ``side`` None, ``work`` runs here and now and ``join`` does nothing.
 
     ``work`` must read only tensors the current stream keeps referenced until ``join`` (the columns, the caches,
     ``seen``, the step's verified tokens): a temporary the current stream frees could be reused under it. Until
@@ -34,4 +36,6 @@ def fork(side: torch.cuda.Stream | None, work: Callable[[], object]) -> Callable
     side.wait_stream(main)
     with torch.cuda.stream(side):
         work()
-    return lambda: main.wait_stream(side)
+    done = torch.cuda.Event()
+    done.record(side)
+    return lambda: main.wait_event(done)
