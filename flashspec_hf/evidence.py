@@ -126,8 +126,9 @@ class SideEvidence:
               active: torch.Tensor) -> torch.Tensor:
         """int64 ``[A, 2]``: per arm, agreeing and tested tokens summed over the ``active`` rows (bool ``[B]``); 0 and
         0 for the arms of the drafting source (its outcome is the report's own), of a source without guesses, and the
-        plain arm. Called inside the step, after verification and after the keep-current forwards joined (their
-        guesses are written), on the side stream beside the commit where there is one (:mod:`~flashspec_hf.streams`).
+        plain arm. Called inside the step, after verification, on the side stream where there is one, after the
+        keep-current forwards there (their guesses are written) and beside the rest of the step
+        (:mod:`~flashspec_hf.streams`).
         An arm of length ``γ_a`` is tested on ``min(n_b + 1, γ_a, γ)`` positions of row ``b``,
         ``n_b`` accepted (``num_accepted`` int64 ``[B]``) of the step's ``γ`` drafts: the positions verified with
         committed tokens before them (``output`` int64 ``[B, γ + 1]``)."""

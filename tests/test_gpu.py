@@ -274,10 +274,10 @@ def test_side_evidence_in_captured_steps_equals_the_oracle(monkeypatch):
     check_side_evidence_against_oracle(target.cuda(), [d.cuda() for d in drafts], _Recording(0), monkeypatch, calls=4)
 
 
-def test_side_evidence_is_scored_beside_the_commit_and_joins_the_step(monkeypatch):
-    """The scoring runs on the session's side stream, in captured steps too, delayed on the GPU (a sleep kernel
-    captured before it): a report read before it joined the step would hold another step's counts, or none, so
-    every step's evidence must still equal the oracle's."""
+def test_side_evidence_is_scored_beside_the_step_end_and_joins_the_step(monkeypatch):
+    """The scoring runs on the session's side stream (forked after verification, beside the cut, append and commit),
+    in captured steps too, delayed on the GPU (a sleep kernel captured before it): a report read before it joined the
+    step would hold another step's counts, or none, so every step's evidence must still equal the oracle's."""
     from flashspec_hf.evidence import SideEvidence
 
     from .test_evidence import _Recording, check_side_evidence_against_oracle, models
