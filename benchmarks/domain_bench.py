@@ -22,8 +22,9 @@ three steps queued after every row finished, and generate's own work). ``--repea
 selectors; a fresh selector starts from the same seed and the calibrated costs are kept on the target, so repeats
 sample timing noise, not the selectors' paths (give specs other seeds for that: ``default:seed=1``). A spec ending
 in ``@host-costs`` runs that selector with its arm costs timed from the host, as before 2026-12-06, where steps are
-captured as CUDA graphs (:mod:`flashspec_hf.costs`; an A/B of the replayed timing). Writes OUT/domain_bench.csv,
-.png and .env.txt.
+captured as CUDA graphs (:mod:`flashspec_hf.costs`; an A/B of the replayed timing); one with ``[DRAFT+DRAFT...]``
+before that runs over those bundled drafts and prompt lookup only (``default[smollm2-chat+smollm2-code]``). Writes
+OUT/domain_bench.csv, .png and .env.txt.
 
     python -m benchmarks.domain_bench --corpus corpus.json.gz --out DIR [--selectors default,cost_aware_ucb1]
 """
@@ -71,15 +72,25 @@ def parse_args():
                    help="also each arm pinned inside the pool, without and with side evidence (module docstring)")
     args = p.parse_args()
     for name in args.selectors.split(","):
-        selector_from_spec(name.removesuffix(HOST_COSTS))  # an unknown name fails before the model loads
+        selector_from_spec(parse_engine(name)[0])  # an unknown name fails before the model loads
     return args
+
+
+def parse_engine(name: str) -> tuple[str, bool, list[str] | None]:
+    """A ``--selectors`` entry ``SPEC[DRAFT+DRAFT...]@host-costs`` (both suffixes optional) -> the selector spec,
+    whether its arm costs are timed from the host (:data:`HOST_COSTS`), and the draft models of its pool (None: every
+    bundled draft; prompt lookup is always in it)."""
+    host = name.endswith(HOST_COSTS)
+    spec, _, drafts = name.removesuffix(HOST_COSTS).partition("[")
+    return spec, host, drafts.rstrip("]").split("+") if drafts else None
 
 
 def engines(assistants: list, selectors: list[str], pool_fixed: bool = False) -> dict[str, dict]:
     """generate kwargs per engine: stock static, each of ``selectors`` (fresh, from
-    :func:`benchmarks.selector_from_spec`) over the default pool (with an ``arm_costs`` entry timing from the host for
-    a spec ending in :data:`HOST_COSTS`), each arm of that pool alone and, with ``pool_fixed``, each arm pinned inside
-    the pool without and with side evidence (module docstring)."""
+    :func:`benchmarks.selector_from_spec`) over the default pool or the drafts it names (:func:`parse_engine`; with an
+    ``arm_costs`` entry timing from the host for a spec ending in :data:`HOST_COSTS`), each arm of the default pool
+    alone and, with ``pool_fixed``, each arm pinned inside that pool without and with side evidence (module
+    docstring)."""
     pool = [*assistants, PromptLookup()]
     names = [getattr(a, "name", None) or a.config.name_or_path for a in pool]
     fixed = {f"fixed {n}": dict(assistant_models=[a], selector=FixedArm(0), flashspec=True)
@@ -88,13 +99,13 @@ def engines(assistants: list, selectors: list[str], pool_fixed: bool = False) ->
         for i, n in enumerate(names):
             fixed[f"pool-fixed {n}"] = dict(assistant_models=pool, selector=FixedArm(i), flashspec=True)
             fixed[f"pool-evidence {n}"] = dict(assistant_models=pool, selector=pinned_with_evidence(i), flashspec=True)
-    return {
-        "stock static": dict(cache_implementation="static"),
-        **{name: dict(assistant_models=pool, selector=selector_from_spec(name.removesuffix(HOST_COSTS)), flashspec=True,
-                      **({"arm_costs": host_timed_costs} if name.endswith(HOST_COSTS) else {}))
-           for name in selectors},
-        **fixed,
-    }
+    adaptive = {}
+    for name in selectors:
+        spec, host, drafts = parse_engine(name)
+        chosen = pool if drafts is None else [*(pool[names.index(d)] for d in drafts), pool[-1]]
+        adaptive[name] = dict(assistant_models=chosen, selector=selector_from_spec(spec), flashspec=True,
+                              **({"arm_costs": host_timed_costs} if host else {}))
+    return {"stock static": dict(cache_implementation="static"), **adaptive, **fixed}
 
 
 def pinned_with_evidence(arm: int) -> FixedArm:

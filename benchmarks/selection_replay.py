@@ -65,6 +65,9 @@ def parse_args():
     p.add_argument("--adaptive-step-factor", type=float, default=1.02,
                    help="step time of an arm under a selector that switches, over the same arm fixed (H100, "
                         "domain_bench at 689a21c: a draft model's step 2.58 ms against 2.53)")
+    p.add_argument("--pool", help="comma-separated arm names the selectors are offered (default: every arm; the "
+                   "plain arm always), e.g. smollm2-chat,smollm2-code,prompt_lookup; the fixed arms stay all")
+    p.add_argument("--fixed-step-ms", help="step time of each arm fixed, alone (as --step-ms; default --step-ms)")
     p.add_argument("--selectors", default="default",
                    help=f"comma-separated benchmarks.selector_from_spec specs: name[:attr=value]... (default: "
                         f"{DEFAULT_SELECTOR}; seed=N reseeds its generator)")
@@ -172,6 +175,9 @@ def main():
     lookup_s = step_s[kinds.index("prompt_lookup")]
     host = {k: float(v) for k, v in (kv.split("=") for kv in args.host_costs.split(","))}
     given = {"run": step_s, "host": [host.get(n, host.get(k)) * lookup_s for n, k in zip(names, kinds)]}
+    fixed_ms = dict(kv.split("=") for kv in (args.fixed_step_ms or args.step_ms).split(","))
+    fixed_s = [float(fixed_ms[k]) / 1000 for k in kinds]
+    pool = [a for a, n in enumerate(names) if not args.pool or n in args.pool.split(",") or kinds[a] == "plain"]
     engines = {f"fixed {n}": (lambda a=a: FixedArm(a), "run") for a, n in enumerate(names)}
     for spec in args.selectors.split(","):
         engines |= {f"{spec} ({costs} costs)": (lambda spec=spec: selector_from_spec(spec), costs) for costs in given}
@@ -188,11 +194,17 @@ def main():
         for stream, calls in streams.items():
             rows = {}
             for engine, (build, costs) in engines.items():
-                selector = build()
-                replay(selector, calls[:1], step_s, given[costs], gammas, True, args.max_new_tokens, drafts)  # warm-up
-                factor = 1.0 if engine.startswith("fixed") else args.adaptive_step_factor
-                seconds, tokens, steps, per_arm = replay(selector, calls, [factor * s for s in step_s], given[costs],
-                                                         gammas, False, args.max_new_tokens, drafts)
+                selector, fixed = build(), engine.startswith("fixed")
+                arms = range(len(names)) if fixed else pool  # a selector sees its pool's arms only
+                sub = [dict(c, counts=[c["counts"][a] for a in arms]) for c in calls]
+                times = [(fixed_s if fixed else step_s)[a] * (1.0 if fixed else args.adaptive_step_factor) for a in arms]
+                setting = ([given[costs][a] for a in arms], [gammas[a] for a in arms], [drafts[a] for a in arms])
+                replay(selector, sub[:1], times, setting[0], setting[1], True, args.max_new_tokens, setting[2])  # warm
+                seconds, tokens, steps, used = replay(selector, sub, times, *setting[:2], False, args.max_new_tokens,
+                                                      setting[2])
+                per_arm = [0] * len(names)
+                for a, n in zip(arms, used):
+                    per_arm[a] = n
                 rows[engine] = (seconds + args.call_ms / 1000 * len(calls), tokens, steps, per_arm)
             fixed = [seconds for engine, (seconds, *_) in rows.items() if engine.startswith("fixed")]
             best_s[stream] = sum(best_s[d] for d in domains) if stream == "shift" else min(fixed)
