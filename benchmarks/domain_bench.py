@@ -2,10 +2,10 @@
 ``default`` (what a user gets: the bundled drafts plus prompt lookup under the default cost-aware selector, with its
 plain-decoding arm), other selectors over the same pool (``--selectors``) and every arm of that pool alone (``fixed
 NAME``: that assistant or prompt lookup as the only draft source, what a user who knew the best arm would pass), on
-the same prompts in the same run. ``--pool-fixed`` adds each arm pinned inside the default pool (``pool-fixed
-NAME``: a :class:`FixedArm` over the whole pool, whose steps still run the other draft models' keep-current forwards)
-and pinned with side evidence gathered (``pool-evidence NAME``: its steps also keep the others' logits and score them,
-as the default's do): the default's step overhead, taken apart.
+the same prompts in the same run. ``--pool-fixed NAMES`` adds each named arm pinned inside the default pool
+(``pool-fixed NAME``: a :class:`FixedArm` over the whole pool, whose steps still run the other draft models'
+keep-current forwards) and pinned with side evidence gathered (``pool-evidence NAME``: its steps also keep the
+others' logits and score them, as the default's do): the default's step overhead, taken apart.
 
 SmolLM2-135M-Instruct (the bundled GGUF, or ``FLASHSPEC_SMOLLM2_GGUF_DIR``), held-out prompts from a corpus file
 (``{"eval": {domain: [prompt, ...]}}``, draft_release/build_distill_corpus.py), each left-padded or cut to
@@ -68,8 +68,9 @@ def parse_args():
     p.add_argument("--selectors", default="default,default:conservative=0.05",
                    help="comma-separated benchmarks.selector_from_spec specs, e.g. default,cost_aware_ucb1")
     p.add_argument("--repeats", type=int, default=1, help="passes over every domain, each with fresh selectors")
-    p.add_argument("--pool-fixed", action="store_true",
-                   help="also each arm pinned inside the pool, without and with side evidence (module docstring)")
+    p.add_argument("--pool-fixed", default="",
+                   help="comma-separated arm names (e.g. smollm2-chat,prompt_lookup): also each pinned inside the "
+                        "pool, without and with side evidence (module docstring)")
     args = p.parse_args()
     for name in args.selectors.split(","):
         selector_from_spec(parse_engine(name)[0])  # an unknown name fails before the model loads
@@ -85,20 +86,20 @@ def parse_engine(name: str) -> tuple[str, bool, list[str] | None]:
     return spec, host, drafts.rstrip("]").split("+") if drafts else None
 
 
-def engines(assistants: list, selectors: list[str], pool_fixed: bool = False) -> dict[str, dict]:
+def engines(assistants: list, selectors: list[str], pool_fixed: tuple[str, ...] = ()) -> dict[str, dict]:
     """generate kwargs per engine: stock static, each of ``selectors`` (fresh, from
     :func:`benchmarks.selector_from_spec`) over the default pool or the drafts it names (:func:`parse_engine`; with an
     ``arm_costs`` entry timing from the host for a spec ending in :data:`HOST_COSTS`), each arm of the default pool
-    alone and, with ``pool_fixed``, each arm pinned inside that pool without and with side evidence (module
+    alone and each arm named in ``pool_fixed`` pinned inside that pool without and with side evidence (module
     docstring)."""
     pool = [*assistants, PromptLookup()]
     names = [getattr(a, "name", None) or a.config.name_or_path for a in pool]
     fixed = {f"fixed {n}": dict(assistant_models=[a], selector=FixedArm(0), flashspec=True)
              for n, a in zip(names, pool)}
-    if pool_fixed:
-        for i, n in enumerate(names):
-            fixed[f"pool-fixed {n}"] = dict(assistant_models=pool, selector=FixedArm(i), flashspec=True)
-            fixed[f"pool-evidence {n}"] = dict(assistant_models=pool, selector=pinned_with_evidence(i), flashspec=True)
+    for n in pool_fixed:
+        i = names.index(n)
+        fixed[f"pool-fixed {n}"] = dict(assistant_models=pool, selector=FixedArm(i), flashspec=True)
+        fixed[f"pool-evidence {n}"] = dict(assistant_models=pool, selector=pinned_with_evidence(i), flashspec=True)
     adaptive = {}
     for name in selectors:
         spec, host, drafts = parse_engine(name)
@@ -208,7 +209,7 @@ def main():
         for repeat, domain in itertools.product(range(args.repeats), args.domains.split(",")):
             enc = [tokenizer([p], return_tensors="pt", padding="max_length", truncation=True,
                              max_length=args.prompt_len).to(device) for p in prompts[domain][: args.num_prompts]]
-            runs = engines(assistants, args.selectors.split(","), args.pool_fixed)
+            runs = engines(assistants, args.selectors.split(","), tuple(filter(None, args.pool_fixed.split(","))))
             tallies = run_domain(model, enc, args.max_new_tokens, runs)
             static = tallies["stock static"]
             for engine, tally in tallies.items():

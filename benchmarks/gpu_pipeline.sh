@@ -11,8 +11,10 @@
 #   3. Qwen2.5-Coder-1.5B (once `convert` touched /tmp/convert.done, within CONVERT_WAIT seconds): NF4 at B = 1
 #      (stock eager, stock static, default), bf16 at QWEN_BATCHES (stock static, default), code and chat prompts
 #   4. SmolLM2-135M (once /tmp/gguf/s0, s1 and its drafts are there): stock static and default at SMOLLM2_BATCHES
-#      (1,8,32,64; SMOLLM2_ENGINES, SMOLLM2_ARGS) within E2E_BUDGET_S (420) seconds, then benchmarks/domain_bench
-#      (real prompts, B = 1, EOS on: default against every fixed arm; DOMAIN_ARGS, default --num-prompts 6)
+#      (1,8,32,64; SMOLLM2_ENGINES, SMOLLM2_ARGS) within E2E_BUDGET_S (420) seconds, after a profiled B = 1 call
+#      of each of SMOLLM2_PROFILE's engines when set (e.g. fixed,default: e2e_smollm2_b1_profile*); then
+#      benchmarks/domain_bench (real prompts, B = 1, EOS on: default against every arm alone; DOMAIN_ARGS, default
+#      --num-prompts 6)
 #   5. the TinyLlama-shape e2e grid: TINY_ENGINES (stock static, fixed and default) at B = 1 (TINY_ARGS, e.g.
 #      --profile); static and default at TINY_BATCHES (64; set empty to skip)
 #   6. benchmarks/kernel_tune on KERNEL_TUNE_CASES (batch:vocab pairs), when set
@@ -54,6 +56,8 @@ smollm2_ready() {  # SmolLM2's GGUF joined from its pieces (split -b 49M -d -a 1
 smollm2() {
   smollm2_ready || return
   ( . benchmarks/gpu_smollm2_env.sh
+    [ -n "${SMOLLM2_PROFILE:-}" ] && e2e --target smollm2 --batches 1 --engines "$SMOLLM2_PROFILE" --repeats 1 \
+      --profile --name e2e_smollm2_b1
     e2e --target smollm2 --batches "${SMOLLM2_BATCHES:-1,8,32,64}" --engines ${SMOLLM2_ENGINES:-static,default} \
       --repeats 2 --budget-s "${E2E_BUDGET_S:-420}" --name e2e_smollm2 ${SMOLLM2_ARGS:-}
   ) >/tmp/gs/smollm2.log 2>&1
