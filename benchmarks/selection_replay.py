@@ -17,14 +17,19 @@ first, twice each: an eager use, then the capture), the step advances the row, i
 ``MAX_IN_FLIGHT`` steps later, and the steps queued after the row finished still cost time. A step takes its arm's
 step time as run on the GPU (``--step-ms``); the selector is given calibrated costs: ``run`` (those times) or
 ``host`` (the skew of host-timed calibration, ``--host-costs``; by default as measured on the H200 on 2026-12-05: a
-draft model's step 1.43× a lookup step, a plain step 1.00×). Per domain, as ``benchmarks.domain_bench`` runs it, and for a ``mixed`` stream of the
-domains' prompts in turn (one selector serving them all, as the demo's does) and a ``shift`` stream (every chat
+draft model's step 1.43× a lookup step, a plain step 1.00×). Per domain, as ``benchmarks.domain_bench`` runs it, and
+for a ``mixed`` stream of the domains' prompts in turn (one selector serving them all, as the demo's does) and a
+``shift`` stream (every chat
 prompt, then every code prompt, then every prose prompt: a selector must follow the change): one selector per
 engine, a warm-up call on the first prompt, then every prompt (its seconds: the steps' plus ``--call-ms``);
 tokens/s, τ, arm shares, and ``vs_best_fixed``: the seconds of the best fixed arm on the same prompts over the
 engine's (for ``shift``, of each domain's best fixed arm, summed). A selector that takes side evidence
 (:mod:`flashspec_hf.evidence`) gets the draft models' censored counts after each step that drafted, as the static
-loop gathers them. Writes OUT/selection_replay.csv.
+loop gathers them. ``--mixed`` adds, per draft model, the mixed arm :class:`~flashspec_hf.drafts.LookupOrDraft`
+(``prompt_lookup+NAME``: prompt lookup's drafts where its match is ``mix_min_match`` tokens or longer, the model's
+elsewhere), which the product offers at B > 1 only; its step costs ``--step-ms``'s ``mixed`` (default: a draft model's
+step), and with ``--mixed-evidence`` it gets side evidence like a draft model (the product gathers none for it).
+Traces made before 2026-12-06 lack lookup's match lengths and must be remade for it. Writes OUT/selection_replay.csv.
 
     python -m benchmarks.selection_replay --corpus corpus.json.gz --out DIR [--selectors default,...]
 """
@@ -65,6 +70,8 @@ def parse_args():
     p.add_argument("--adaptive-step-factor", type=float, default=1.02,
                    help="step time of an arm under a selector that switches, over the same arm fixed (H100, "
                         "domain_bench at 689a21c: a draft model's step 2.58 ms against 2.53)")
+    p.add_argument("--mixed", action="store_true", help="add the mixed arms (module docstring)")
+    p.add_argument("--mixed-evidence", action="store_true", help="mixed arms get side evidence (module docstring)")
     p.add_argument("--pool", help="comma-separated arm names the selectors are offered (default: every arm; the "
                    "plain arm always), e.g. smollm2-chat,smollm2-code,prompt_lookup; the fixed arms stay all")
     p.add_argument("--fixed-step-ms", help="step time of each arm fixed, alone (as --step-ms; default --step-ms)")
@@ -93,11 +100,24 @@ def trace(model, assistants: list, ids: torch.Tensor, new_tokens: int, gamma: in
         hit = (best[:-1] == seq[1:]).tolist()  # hit[j]: right at position j + 1
         counts.append([leading(hit[t - 1: min(t - 1 + gamma, length - 1)]) for t in range(start, length)])
     lookup = PromptLookup()
-    proposals = [lookup.lookup(seq[None], torch.tensor([t]), gamma)[0][0] for t in range(start, length)]  # [γ] each
-    counts.append([leading((p[: length - t] == seq[t: t + gamma]).tolist()) for t, p in zip(range(start, length),
-                                                                                            proposals)])
+    found = [lookup.lookup(seq[None], torch.tensor([t]), gamma) for t in range(start, length)]  # ([1, γ], [1])
+    counts.append([leading((p[0, : length - t] == seq[t: t + gamma]).tolist())
+                   for t, (p, _) in zip(range(start, length), found)])
     counts.append([0] * (length - start))  # plain decoding
-    return dict(start=start, length=length, counts=counts)
+    return dict(start=start, length=length, counts=counts, matched=[int(m[0]) for _, m in found])
+
+
+def with_mixed(call: dict, num_drafts: int, min_match: int) -> dict:
+    """``call``'s trace with one mixed arm per draft model inserted before the plain arm: lookup's count where its
+    match is at least ``min_match`` tokens, the draft model's elsewhere.
+
+    Raises:
+        ValueError: a trace made without lookup's match lengths."""
+    if "matched" not in call:
+        raise ValueError("--mixed needs traces with lookup's match lengths (made since 2026-12-06): remake them")
+    *models, lookup, plain = call["counts"]
+    mixed = [[n if m >= min_match else d for n, m, d in zip(lookup, call["matched"], model)] for model in models]
+    return dict(call, counts=[*models, lookup, *mixed, plain])
 
 
 def replay(selector, calls: list[dict], step_s: list[float], given_s: list[float], gammas: list[int],
@@ -157,8 +177,12 @@ def main():
     assistants = distilled_assistants(model)
     names = [getattr(a, "name", None) or a.config.name_or_path for a in assistants] + ["prompt_lookup", "plain"]
     kinds = ["draft"] * len(assistants) + ["prompt_lookup", "plain"]
+    if args.mixed:
+        names[-1:] = [f"prompt_lookup+{n}" for n in names[: len(assistants)]] + ["plain"]
+        kinds[-1:] = ["mixed"] * len(assistants) + ["plain"]
     gammas = [args.gamma] * (len(names) - 1) + [0]
-    drafts = [kind == "draft" for kind in kinds]  # the arms kept current by the static loop (side evidence)
+    # the arms kept current by the static loop (side evidence)
+    drafts = [kind == "draft" or (kind == "mixed" and args.mixed_evidence) for kind in kinds]
     path = Path(args.traces) if args.traces else out / "traces.pt"
     traces = torch.load(path) if path.exists() else {}
     prompts = json.load(gzip.open(args.corpus, "rt"))["eval"]
@@ -170,12 +194,17 @@ def main():
                 traces[domain, i] = trace(model, assistants, ids, args.max_new_tokens, args.gamma)
                 torch.save(traces, path)
                 print(domain, i, traces[domain, i]["length"] - traces[domain, i]["start"], "tokens", flush=True)
+    if args.mixed:
+        traces = {key: with_mixed(call, len(assistants), PromptLookup().mix_min_match) for key, call in traces.items()}
     run_ms = dict(kv.split("=") for kv in args.step_ms.split(","))
+    run_ms.setdefault("mixed", run_ms["draft"])
     step_s = [float(run_ms[k]) / 1000 for k in kinds]
     lookup_s = step_s[kinds.index("prompt_lookup")]
     host = {k: float(v) for k, v in (kv.split("=") for kv in args.host_costs.split(","))}
+    host.setdefault("mixed", host["draft"])
     given = {"run": step_s, "host": [host.get(n, host.get(k)) * lookup_s for n, k in zip(names, kinds)]}
     fixed_ms = dict(kv.split("=") for kv in (args.fixed_step_ms or args.step_ms).split(","))
+    fixed_ms.setdefault("mixed", fixed_ms["draft"])
     fixed_s = [float(fixed_ms[k]) / 1000 for k in kinds]
     pool = [a for a, n in enumerate(names) if not args.pool or n in args.pool.split(",") or kinds[a] == "plain"]
     engines = {f"fixed {n}": (lambda a=a: FixedArm(a), "run") for a, n in enumerate(names)}
@@ -197,7 +226,8 @@ def main():
                 selector, fixed = build(), engine.startswith("fixed")
                 arms = range(len(names)) if fixed else pool  # a selector sees its pool's arms only
                 sub = [dict(c, counts=[c["counts"][a] for a in arms]) for c in calls]
-                times = [(fixed_s if fixed else step_s)[a] * (1.0 if fixed else args.adaptive_step_factor) for a in arms]
+                factor = 1.0 if fixed else args.adaptive_step_factor
+                times = [(fixed_s if fixed else step_s)[a] * factor for a in arms]
                 setting = ([given[costs][a] for a in arms], [gammas[a] for a in arms], [drafts[a] for a in arms])
                 replay(selector, sub[:1], times, setting[0], setting[1], True, args.max_new_tokens, setting[2])  # warm
                 seconds, tokens, steps, used = replay(selector, sub, times, *setting[:2], False, args.max_new_tokens,
