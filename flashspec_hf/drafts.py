@@ -238,24 +238,27 @@ class PromptLookup(DraftSource):
 
     def lookup(self, buffer: torch.Tensor, ends: torch.Tensor, gamma: int) -> tuple[torch.Tensor, torch.Tensor]:
         """int64 ``[B, γ]`` proposals after ``buffer[b, :ends[b]]`` (``buffer`` int64 ``[B, C]``, ``ends`` ``[B]``)
-        and int64 ``[B]`` the length of each row's matched n-gram (0: no match, the last token repeated)."""
-        steps = torch.arange(gamma, device=buffer.device)  # [γ]
-        follow = ends - 1  # [B] fallback: the last token, repeated (period 1)
-        done = torch.zeros_like(ends, dtype=torch.bool)  # [B] a longer n-gram matched
-        matched = torch.zeros_like(ends)  # [B]
-        for n in range(self.max_ngram, self.min_ngram - 1, -1):
-            if buffer.shape[1] <= n:
-                continue
-            key = buffer.gather(1, (ends.unsqueeze(1) - n + torch.arange(n, device=buffer.device)).clamp(min=0))
-            windows = buffer.unfold(1, n, 1)  # [B, C - n + 1, n], window j = buffer[:, j : j + n]
-            starts = torch.arange(windows.shape[1], device=buffer.device)  # [C - n + 1]
-            match = (windows == key.unsqueeze(1)).all(-1) & (starts + n < ends.unsqueeze(1))  # [B, C - n + 1]
-            latest = torch.where(match, starts, -1).amax(dim=1)  # [B]
-            found = (latest >= 0) & ~done
-            follow = torch.where(found, latest + n, follow)
-            matched = torch.where(found, n, matched)
-            done |= found
+        and int64 ``[B]`` the length of each row's matched n-gram (0: no match, the last token repeated).
+
+        Every n-gram length at once, in about 30 small kernels whatever ``max_ngram`` (a loop over the lengths took
+        about 20 per length): for each column ``e`` of the row, how many of the tokens before it equal the row's last
+        tokens (its matched suffix, up to ``max_ngram``); the longest match of at least ``min_ngram`` tokens that
+        ends before the row's end wins, the latest among equals, and the tokens from ``e`` on are proposed."""
+        size, width = buffer.shape[1], self.max_ngram
+        offsets = torch.arange(1, width + 1, device=buffer.device)  # [N]: k = 1 … N tokens back
+        back = ends.unsqueeze(1) - offsets  # [B, N] where the row's k-th last token is
+        last = torch.where(back >= 0, buffer.gather(1, back.clamp(min=0)), -2)  # [B, N], -2: before the row
+        padded = torch.nn.functional.pad(buffer, (width, 0), value=-1)  # [B, N + C], -1 before column 0
+        before = padded.unfold(1, width, 1)[:, :size].flip(-1)  # [B, C, N]: [b, e, k - 1] = buffer[b, e - k]
+        suffix = (before == last.unsqueeze(1)).cumprod(dim=-1).sum(dim=-1)  # [B, C] matched suffix before column e
+        columns = torch.arange(size, device=buffer.device)  # [C]
+        usable = (suffix >= self.min_ngram) & (columns < ends.unsqueeze(1))  # [B, C]: a match with a token after it
+        best = torch.where(usable, suffix * size + columns, -1).amax(dim=1)  # [B] longest, then latest
+        found = best >= 0
+        matched = torch.where(found, best // size, 0)  # [B]
+        follow = torch.where(found, best % size, ends - 1)  # [B] fallback: the last token, repeated (period 1)
         period = ends - follow  # [B] >= 1
+        steps = torch.arange(gamma, device=buffer.device)  # [γ]
         return buffer.gather(1, follow.unsqueeze(1) + steps % period.unsqueeze(1)), matched  # [B, γ], [B]
 
 

@@ -78,6 +78,32 @@ def test_prompt_lookup_proposals(row, gamma, want, matched):
     assert got.tolist() == [want] and length.tolist() == [matched]
 
 
+def _lookup_by_definition(row: list[int], end: int, gamma: int, max_ngram: int, min_ngram: int):
+    """Prompt lookup as its docstring defines it, one n-gram length at a time, in plain Python."""
+    for n in range(max_ngram, min_ngram - 1, -1):
+        starts = [j for j in range(end - n) if row[j: j + n] == row[end - n: end]]  # the match ends before `end`
+        if starts:
+            follow = starts[-1] + n
+            return [row[follow + i % (end - follow)] for i in range(gamma)], n
+    return [row[end - 1]] * gamma, 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_prompt_lookup_equals_its_definition(data):
+    """All n-gram lengths matched at once equal the longest-first, latest-match definition, row by row, on rows of a
+    small alphabet (n-grams repeat), any end, γ and n-gram range."""
+    batch, size = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 20))
+    rows = data.draw(st.lists(st.lists(st.integers(0, 3), min_size=size, max_size=size), min_size=batch,
+                              max_size=batch))
+    ends = data.draw(st.lists(st.integers(1, size), min_size=batch, max_size=batch))
+    gamma, max_ngram = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 4))
+    min_ngram = data.draw(st.integers(1, max_ngram))
+    got, matched = PromptLookup(max_ngram, min_ngram).lookup(torch.tensor(rows), torch.tensor(ends), gamma)
+    want = [_lookup_by_definition(row, end, gamma, max_ngram, min_ngram) for row, end in zip(rows, ends)]
+    assert got.tolist() == [w for w, _ in want] and matched.tolist() == [n for _, n in want]
+
+
 def test_prompt_lookup_rejects_bad_ngram_lengths():
     with pytest.raises(ValueError, match="min_ngram <= max_ngram"):
         PromptLookup(max_ngram=1, min_ngram=2)
