@@ -42,10 +42,11 @@ from unittest import mock
 import torch
 import transformers
 
+import flashspec_hf.backends
 import flashspec_hf.decoding
 from flashspec_hf import FixedArm, PromptLookup
 from flashspec_hf.costs import arm_costs
-from flashspec_hf.models import distilled_assistants, load_target
+from flashspec_hf.models import BUNDLED_ASSISTANTS, distilled_assistants, load_target
 
 from . import selector_from_spec
 
@@ -72,8 +73,15 @@ def parse_args():
                    help="comma-separated arm names (e.g. smollm2-chat,prompt_lookup): also each pinned inside the "
                         "pool, without and with side evidence (module docstring)")
     args = p.parse_args()
-    for name in args.selectors.split(","):
-        selector_from_spec(parse_engine(name)[0])  # an unknown name fails before the model loads
+    arms = [*BUNDLED_ASSISTANTS, PromptLookup.name]
+    for name in args.selectors.split(","):  # an unknown name fails before the model loads
+        spec, _, drafts = parse_engine(name)
+        selector_from_spec(spec)
+        if drafts is not None and not set(drafts) <= set(BUNDLED_ASSISTANTS):
+            p.error(f"{name!r} names drafts outside the bundled {list(BUNDLED_ASSISTANTS)} (prompt lookup is always "
+                    "in the pool)")
+    if not set(filter(None, args.pool_fixed.split(","))) <= set(arms):
+        p.error(f"--pool-fixed takes arm names among {arms}, got {args.pool_fixed!r}")
     return args
 
 
@@ -200,6 +208,11 @@ def main():
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model, tokenizer = load_target(None, dtype=getattr(torch, args.dtype), device=device)
     assistants = distilled_assistants(model)
+    pinned = tuple(filter(None, args.pool_fixed.split(",")))
+    # every engine keeps its own static session (a pool, or an arm alone, is part of its key) while the engines take
+    # turns prompt by prompt: keep them all, or each call would rebuild the session the least recent engine left
+    sessions = len(engines(assistants, args.selectors.split(","), pinned))
+    flashspec_hf.backends.KEPT_SESSIONS = max(flashspec_hf.backends.KEPT_SESSIONS, sessions)
     tokenizer.truncation_side = "left"
     prompts = json.load(gzip.open(args.corpus, "rt"))["eval"]
     rows = []
@@ -209,7 +222,7 @@ def main():
         for repeat, domain in itertools.product(range(args.repeats), args.domains.split(",")):
             enc = [tokenizer([p], return_tensors="pt", padding="max_length", truncation=True,
                              max_length=args.prompt_len).to(device) for p in prompts[domain][: args.num_prompts]]
-            runs = engines(assistants, args.selectors.split(","), tuple(filter(None, args.pool_fixed.split(","))))
+            runs = engines(assistants, args.selectors.split(","), pinned)  # fresh selectors for every domain
             tallies = run_domain(model, enc, args.max_new_tokens, runs)
             static = tallies["stock static"]
             for engine, tally in tallies.items():

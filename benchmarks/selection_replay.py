@@ -28,7 +28,8 @@ engine's (for ``shift``, of each domain's best fixed arm, summed). A selector th
 loop gathers them. ``--mixed`` adds, per draft model, the mixed arm :class:`~flashspec_hf.drafts.LookupOrDraft`
 (``prompt_lookup+NAME``: prompt lookup's drafts where its match is ``mix_min_match`` tokens or longer, the model's
 elsewhere), which the product offers at B > 1 only; its step costs ``--step-ms``'s ``mixed`` (default: a draft model's
-step), and with ``--mixed-evidence`` it gets side evidence like a draft model (the product gathers none for it).
+step), and with ``--mixed-evidence`` it gets side evidence like a draft model (the product gathers none for it). The
+mixed arms are then fixed arms too, so ``vs_best_fixed`` compares with them as well.
 Traces made before 2026-12-06 lack lookup's match lengths and must be remade for it. Writes OUT/selection_replay.csv.
 
     python -m benchmarks.selection_replay --corpus corpus.json.gz --out DIR [--selectors default,...]
@@ -107,7 +108,7 @@ def trace(model, assistants: list, ids: torch.Tensor, new_tokens: int, gamma: in
     return dict(start=start, length=length, counts=counts, matched=[int(m[0]) for _, m in found])
 
 
-def with_mixed(call: dict, num_drafts: int, min_match: int) -> dict:
+def with_mixed(call: dict, min_match: int) -> dict:
     """``call``'s trace with one mixed arm per draft model inserted before the plain arm: lookup's count where its
     match is at least ``min_match`` tokens, the draft model's elsewhere.
 
@@ -195,7 +196,7 @@ def main():
                 torch.save(traces, path)
                 print(domain, i, traces[domain, i]["length"] - traces[domain, i]["start"], "tokens", flush=True)
     if args.mixed:
-        traces = {key: with_mixed(call, len(assistants), PromptLookup().mix_min_match) for key, call in traces.items()}
+        traces = {key: with_mixed(call, PromptLookup().mix_min_match) for key, call in traces.items()}
     run_ms = dict(kv.split("=") for kv in args.step_ms.split(","))
     run_ms.setdefault("mixed", run_ms["draft"])
     step_s = [float(run_ms[k]) / 1000 for k in kinds]
@@ -206,6 +207,9 @@ def main():
     fixed_ms = dict(kv.split("=") for kv in (args.fixed_step_ms or args.step_ms).split(","))
     fixed_ms.setdefault("mixed", fixed_ms["draft"])
     fixed_s = [float(fixed_ms[k]) / 1000 for k in kinds]
+    unknown = set(args.pool.split(",")) - set(names) if args.pool else set()
+    if unknown:
+        raise SystemExit(f"--pool names unknown arms {sorted(unknown)}; the arms are {names}")
     pool = [a for a, n in enumerate(names) if not args.pool or n in args.pool.split(",") or kinds[a] == "plain"]
     engines = {f"fixed {n}": (lambda a=a: FixedArm(a), "run") for a, n in enumerate(names)}
     for spec in args.selectors.split(","):

@@ -4,6 +4,11 @@ whole call the GPU's busy time (the union of all kernels' intervals) against its
 difference: time two streams' kernels overlapped) and against the span from the first kernel to the last (the rest:
 time no kernel ran, e.g. the GPU waiting for the host).
 
+Per step means over the call's steps, though the trace holds the whole call (its prefills, and any eager steps and
+graph captures of a first call). Kernels of a replayed CUDA graph may all be reported on the stream the graph was
+launched on, whatever stream they were captured on: then the per-stream split says nothing of the side stream, while
+the busy, overlap and idle figures, from the kernels' timestamps, still hold.
+
     python -m benchmarks.trace_streams TRACE.json.gz [...] --steps 29
 """
 

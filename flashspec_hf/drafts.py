@@ -245,12 +245,14 @@ class PromptLookup(DraftSource):
         tokens (its matched suffix, up to ``max_ngram``); the longest match of at least ``min_ngram`` tokens that
         ends before the row's end wins, the latest among equals, and the tokens from ``e`` on are proposed."""
         size, width = buffer.shape[1], self.max_ngram
+        outside = torch.iinfo(torch.long).min  # no token id: before column 0, and (+1) before the row's start
         offsets = torch.arange(1, width + 1, device=buffer.device)  # [N]: k = 1 … N tokens back
         back = ends.unsqueeze(1) - offsets  # [B, N] where the row's k-th last token is
-        last = torch.where(back >= 0, buffer.gather(1, back.clamp(min=0)), -2)  # [B, N], -2: before the row
-        padded = torch.nn.functional.pad(buffer, (width, 0), value=-1)  # [B, N + C], -1 before column 0
+        last = torch.where(back >= 0, buffer.gather(1, back.clamp(min=0)), outside + 1)  # [B, N]
+        padded = torch.nn.functional.pad(buffer, (width, 0), value=outside)  # [B, N + C]
         before = padded.unfold(1, width, 1)[:, :size].flip(-1)  # [B, C, N]: [b, e, k - 1] = buffer[b, e - k]
-        suffix = (before == last.unsqueeze(1)).cumprod(dim=-1).sum(dim=-1)  # [B, C] matched suffix before column e
+        hits = (before == last.unsqueeze(1)).cumprod(dim=-1, dtype=torch.uint8)  # [B, C, N] leading agreement
+        suffix = hits.sum(dim=-1, dtype=torch.long)  # [B, C] matched suffix before column e
         columns = torch.arange(size, device=buffer.device)  # [C]
         usable = (suffix >= self.min_ngram) & (columns < ends.unsqueeze(1))  # [B, C]: a match with a token after it
         best = torch.where(usable, suffix * size + columns, -1).amax(dim=1)  # [B] longest, then latest

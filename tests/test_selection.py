@@ -92,10 +92,10 @@ def _lookup_by_definition(row: list[int], end: int, gamma: int, max_ngram: int, 
 @given(st.data())
 def test_prompt_lookup_equals_its_definition(data):
     """All n-gram lengths matched at once equal the longest-first, latest-match definition, row by row, on rows of a
-    small alphabet (n-grams repeat), any end, γ and n-gram range."""
+    small alphabet (n-grams repeat; negative ids included), any end, γ and n-gram range."""
     batch, size = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 20))
-    rows = data.draw(st.lists(st.lists(st.integers(0, 3), min_size=size, max_size=size), min_size=batch,
-                              max_size=batch))
+    tokens = st.integers(-2, 3)  # negative ids too (a pad id of -1): no value may stand for "outside the row"
+    rows = data.draw(st.lists(st.lists(tokens, min_size=size, max_size=size), min_size=batch, max_size=batch))
     ends = data.draw(st.lists(st.integers(1, size), min_size=batch, max_size=batch))
     gamma, max_ngram = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 4))
     min_ngram = data.draw(st.integers(1, max_ngram))
