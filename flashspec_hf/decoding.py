@@ -85,12 +85,16 @@ class Run:
     finished: torch.Tensor  # bool [B], updated in place
     groups: Groups  # rows by tokens generated (kept current only when processors or criteria need them)
     commit_in_step: Callable | None  # the static backend's commit, part of the step (None: after the report)
-    side_stream: torch.cuda.Stream | None  # where the keep-current forwards and the scoring run (None: in line)
     evidence: SideEvidence | None  # gathers the side evidence of each step (None: the selector gets none)
 
     @property
     def columns(self) -> Columns:
         return self.ctx.columns
+
+    @property
+    def side_stream(self) -> torch.cuda.Stream | None:
+        """Where the keep-current forwards, the scoring and a mixed arm's lookup run (None: in line)."""
+        return self.ctx.side_stream
 
     @property
     def sequences(self) -> Sequences:
@@ -266,7 +270,7 @@ def speculative_decode(
         sources=sources,
         arms=arms,
         ctx=DraftContext(columns, sequences, process_draft, vocab_size, generation_config.do_sample,
-                         fewer_drafts=not isinstance(backend, StaticBackend)),
+                         fewer_drafts=not isinstance(backend, StaticBackend), side_stream=backend.side_stream),
         processing=processing,
         stopping=stopping,
         reports=StepReports(selector, stats, sequences, device),
@@ -274,7 +278,6 @@ def speculative_decode(
         finished=finished,
         groups=groups,
         commit_in_step=backend.commit_in_step if isinstance(backend, StaticBackend) else None,
-        side_stream=backend.side_stream,
         evidence=evidence,
     )
     rows = min(batch_size * (max(gammas) + 1), MAX_ROWS)  # a verification forward's

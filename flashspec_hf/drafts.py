@@ -17,6 +17,7 @@ from transformers import PreTrainedModel
 from .columns import Columns
 from .runners import Runner
 from .sequences import Sequences
+from .streams import fork
 
 DraftProcessor = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 """``(logits [B, 1, V], drafted so far int64 [B, i]) -> float32 [B, 1, V]``: generate's processors applied to one
@@ -36,6 +37,8 @@ class DraftContext:
         do_sample: sample drafts from ``q`` (True) or take its argmax.
         fewer_drafts: a source may draft fewer than the arm's γ tokens in a step, down to none (the dynamic backend;
             a captured step's shapes are fixed).
+        side_stream: where a source may run work beside its own, joining it before the step goes on
+            (:func:`~flashspec_hf.streams.fork`; the static backend's side stream on CUDA), or None: in line.
     """
 
     columns: Columns
@@ -44,6 +47,7 @@ class DraftContext:
     vocab_size: int
     do_sample: bool
     fewer_drafts: bool = False
+    side_stream: torch.cuda.Stream | None = None
 
 
 class DraftSource(ABC):
@@ -280,7 +284,9 @@ class LookupOrDraft(DraftSource):
     prompts, 128 tokens, greedy, CPU, ``benchmarks.batch_steps``: the batch took 109 steps with lookup alone, 110
     with the general draft alone, 88 mixed). Exact: which source drafts a row depends on the row's committed tokens
     only, and each row is verified against the scores of the proposal it got (one-hot for lookup's, ``q`` for the
-    model's). The model drafts every row, then forgets its own drafts: a static runner is rewound to before the step
+    model's). The lookup runs beside the model's drafting where there is a side stream
+    (:attr:`DraftContext.side_stream`), so a mixed step costs about a draft step. The model drafts every row, then
+    forgets its own drafts: a static runner is rewound to before the step
     and kept current on the mixed drafts like any source that did not draft (:meth:`DraftSource.keep_current`,
     called by the step); a dynamic runner keeps the committed columns it caught up on and feeds the rest lazily.
 
@@ -297,9 +303,12 @@ class LookupOrDraft(DraftSource):
         # where the model's own drafts start to be forgotten: a static runner's two-behind offsets [B], refed by
         # keep_current; a dynamic runner's committed length (host int), after its catch-up
         keep = runner.seen.clone() if isinstance(runner.seen, torch.Tensor) else ctx.columns.host_length
+        seq, found = ctx.sequences, []  # lookup reads the rows' tokens only, which the model's drafting leaves alone
+        join = fork(ctx.side_stream, lambda: found.append(
+            self.prompt_lookup.lookup(seq.buffer, seq.prompt_end + seq.num_new, gamma)))  # [B, γ], [B]
         drafts, q = self.model.propose(ctx, gamma)  # [B, γ], [B, γ, V] | None
-        seq = ctx.sequences
-        guesses, matched = self.prompt_lookup.lookup(seq.buffer, seq.prompt_end + seq.num_new, gamma)  # [B, γ], [B]
+        join()
+        guesses, matched = found[0]
         use = (matched >= self.min_match).unsqueeze(1)  # [B, 1] rows that take lookup's drafts
         drafts = torch.where(use, guesses, drafts)  # [B, γ]
         ctx.columns.write_drafts(drafts)

@@ -1,5 +1,6 @@
 """Work a step runs beside its main line: the forwards keeping the draft models that did not draft current, beside
-the target's forward, and the side evidence's scoring, beside the step's end (cut, append, commit).
+the target's forward; the side evidence's scoring, beside the step's end (cut, append, commit); and a mixed arm's
+prompt lookup, beside its draft model's forwards (it reads the rows' tokens, which drafting does not write).
 
 The keep-current forwards read the columns the step's drafts were written to and write only their own caches (and,
 for side evidence, their guesses to buffers of their own, read after the join), and nothing reads those caches

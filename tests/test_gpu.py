@@ -169,7 +169,9 @@ def test_keep_current_forwards_run_beside_the_target_and_join_before_the_commit(
     """Draft models that did not draft are kept current on the session's side stream, in the captured steps too, each
     forward delayed on the GPU (a sleep kernel captured before it): a commit that did not wait for them would rewind
     their runners under them and corrupt their caches. Greedy output cannot show that (any drafts give stock's
-    tokens), so every step's accepted counts must equal those of the same calls with the forwards in line."""
+    tokens), so every step's accepted counts must equal those of the same calls with the forwards in line. At B = 3
+    the pool has mixed arms, whose prompt lookup runs beside their draft model's forwards, in line in the second
+    calls too: a lookup read before it was written would change their drafts, hence the counts."""
     from flashspec_hf import PromptLookup, RoundRobin
     from flashspec_hf.backends import StaticBackend
     from flashspec_hf.runners import StaticRunner
