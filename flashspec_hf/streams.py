@@ -26,7 +26,11 @@ def fork(side: torch.cuda.Stream | None, work: Callable[[], object]) -> Callable
     after it). With ``side`` None, ``work`` runs here and now and ``join`` does nothing.
 
     ``work`` must read only tensors the current stream keeps referenced until ``join`` (the columns, the caches,
-    ``seen``, the step's verified tokens): a temporary the current stream frees could be reused under it. Until
+    ``seen``, the step's verified tokens): a temporary the current stream frees could be reused under it. What
+    ``work`` makes on ``side`` and the current stream reads after ``join`` (the scoring's counts, a mixed arm's
+    lookup) may be freed without ``record_stream``: the allocator hands a freed ``side`` block only to later ``side``
+    work, and every launch on ``side`` goes through :func:`fork`, which first waits for the current stream, after
+    those reads. Until
     ``join``, the current stream must not write what ``work`` reads or writes (the step's commit writes the columns
     and rewinds every runner's ``seen``: it comes after the keep-current forwards' join; the scoring reads neither).
     """

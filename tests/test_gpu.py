@@ -170,20 +170,26 @@ def test_keep_current_forwards_run_beside_the_target_and_join_before_the_commit(
     forward delayed on the GPU (a sleep kernel captured before it): a commit that did not wait for them would rewind
     their runners under them and corrupt their caches. Greedy output cannot show that (any drafts give stock's
     tokens), so every step's accepted counts must equal those of the same calls with the forwards in line. At B = 3
-    the pool has mixed arms, whose prompt lookup runs beside their draft model's forwards, in line in the second
-    calls too: a lookup read before it was written would change their drafts, hence the counts."""
+    the pool has mixed arms, whose prompt lookup runs beside their draft model's forwards (delayed too), in line in
+    the second calls: a lookup read before it was written would change their drafts, hence the counts."""
     from flashspec_hf import PromptLookup, RoundRobin
     from flashspec_hf.backends import StaticBackend
     from flashspec_hf.runners import StaticRunner
 
-    streams, keep_current = [], StaticRunner.keep_current
+    streams, lookups, keep_current, lookup = [], [], StaticRunner.keep_current, PromptLookup.lookup
 
     def delayed(self, columns, gamma, logits=False):
         streams.append(torch.cuda.current_stream())
         torch.cuda._sleep(2_000_000)  # about a millisecond
         return keep_current(self, columns, gamma, logits=logits)
 
+    def delayed_lookup(self, buffer, ends, gamma):
+        lookups.append(torch.cuda.current_stream())
+        torch.cuda._sleep(2_000_000)
+        return lookup(self, buffer, ends, gamma)
+
     monkeypatch.setattr(StaticRunner, "keep_current", delayed)
+    monkeypatch.setattr(PromptLookup, "lookup", delayed_lookup)
     rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60], [77, 3, 51, 51, 9]]
     ids, mask = left_padded(rows)
 
@@ -203,10 +209,13 @@ def test_keep_current_forwards_run_beside_the_target_and_join_before_the_commit(
 
     beside, beside_accepted, side = calls()
     assert streams and all(stream == side for stream in streams)
+    assert side in lookups, "the mixed arms' lookups ran on the side stream"
     streams.clear()
+    lookups.clear()
     monkeypatch.setattr(StaticBackend, "side_stream", None)
     in_line, in_line_accepted, unused_side = calls()
     assert streams and all(stream != unused_side for stream in streams)
+    assert lookups and unused_side not in lookups
     assert all(torch.equal(a, b) for a, b in zip(beside, in_line, strict=True))
     assert beside_accepted == in_line_accepted
 
