@@ -19,8 +19,8 @@ step time as run on the GPU (``--step-ms``); the selector is given calibrated co
 ``host`` (the skew of host-timed calibration, ``--host-costs``; by default as measured on the H200 on 2026-12-05: a
 draft model's step 1.43× a lookup step, a plain step 1.00×). Per domain, as ``benchmarks.domain_bench`` runs it, and
 for a ``mixed`` stream of the domains' prompts in turn (one selector serving them all, as the demo's does) and a
-``shift`` stream (every chat
-prompt, then every code prompt, then every prose prompt: a selector must follow the change): one selector per
+``shift`` stream (every chat prompt, then every code prompt, then every prose prompt: a selector must follow the
+change): one selector per
 engine, a warm-up call on the first prompt, then every prompt (its seconds: the steps' plus ``--call-ms``);
 tokens/s, τ, arm shares, and ``vs_best_fixed``: the seconds of the best fixed arm on the same prompts over the
 engine's (for ``shift``, of each domain's best fixed arm, summed). A selector that takes side evidence
@@ -29,8 +29,8 @@ loop gathers them. ``--mixed`` adds, per draft model, the mixed arm :class:`~fla
 (``prompt_lookup+NAME``: prompt lookup's drafts where its match is ``mix_min_match`` tokens or longer, the model's
 elsewhere), which the product offers at B > 1 only; its step costs ``--step-ms``'s ``mixed`` (default: a draft model's
 step), and with ``--mixed-evidence`` it gets side evidence like a draft model (the product gathers none for it). The
-mixed arms are then fixed arms too, so ``vs_best_fixed`` compares with them as well.
-Traces made before 2026-12-06 lack lookup's match lengths and must be remade for it. Writes OUT/selection_replay.csv.
+mixed arms are then fixed arms too, so ``vs_best_fixed`` compares with them as well. Traces made before 2026-12-06
+lack lookup's match lengths and must be remade for it. Writes OUT/selection_replay.csv.
 
     python -m benchmarks.selection_replay --corpus corpus.json.gz --out DIR [--selectors default,...]
 """
@@ -106,6 +106,13 @@ def trace(model, assistants: list, ids: torch.Tensor, new_tokens: int, gamma: in
                    for t, (p, _) in zip(range(start, length), found)])
     counts.append([0] * (length - start))  # plain decoding
     return dict(start=start, length=length, counts=counts, matched=[int(m[0]) for _, m in found])
+
+
+def per_kind(text: str) -> dict[str, float]:
+    """``kind=value,...`` (``--step-ms``, ``--host-costs``) as a dict; a mixed arm's entry defaults to a draft
+    model's."""
+    table = {k: float(v) for k, v in (kv.split("=") for kv in text.split(","))}
+    return {"mixed": table.get("draft"), **table}
 
 
 def with_mixed(call: dict, min_match: int) -> dict:
@@ -197,16 +204,11 @@ def main():
                 print(domain, i, traces[domain, i]["length"] - traces[domain, i]["start"], "tokens", flush=True)
     if args.mixed:
         traces = {key: with_mixed(call, PromptLookup().mix_min_match) for key, call in traces.items()}
-    run_ms = dict(kv.split("=") for kv in args.step_ms.split(","))
-    run_ms.setdefault("mixed", run_ms["draft"])
-    step_s = [float(run_ms[k]) / 1000 for k in kinds]
+    step_s = [per_kind(args.step_ms)[k] / 1000 for k in kinds]
+    fixed_s = [per_kind(args.fixed_step_ms or args.step_ms)[k] / 1000 for k in kinds]
     lookup_s = step_s[kinds.index("prompt_lookup")]
-    host = {k: float(v) for k, v in (kv.split("=") for kv in args.host_costs.split(","))}
-    host.setdefault("mixed", host["draft"])
+    host = per_kind(args.host_costs)
     given = {"run": step_s, "host": [host.get(n, host.get(k)) * lookup_s for n, k in zip(names, kinds)]}
-    fixed_ms = dict(kv.split("=") for kv in (args.fixed_step_ms or args.step_ms).split(","))
-    fixed_ms.setdefault("mixed", fixed_ms["draft"])
-    fixed_s = [float(fixed_ms[k]) / 1000 for k in kinds]
     unknown = set(args.pool.split(",")) - set(names) if args.pool else set()
     if unknown:
         raise SystemExit(f"--pool names unknown arms {sorted(unknown)}; the arms are {names}")
@@ -232,10 +234,10 @@ def main():
                 sub = [dict(c, counts=[c["counts"][a] for a in arms]) for c in calls]
                 factor = 1.0 if fixed else args.adaptive_step_factor
                 times = [(fixed_s if fixed else step_s)[a] * factor for a in arms]
-                setting = ([given[costs][a] for a in arms], [gammas[a] for a in arms], [drafts[a] for a in arms])
-                replay(selector, sub[:1], times, setting[0], setting[1], True, args.max_new_tokens, setting[2])  # warm
-                seconds, tokens, steps, used = replay(selector, sub, times, *setting[:2], False, args.max_new_tokens,
-                                                      setting[2])
+                costs_a, gammas_a, kept_a = ([x[a] for a in arms] for x in (given[costs], gammas, drafts))
+                replay(selector, sub[:1], times, costs_a, gammas_a, True, args.max_new_tokens, kept_a)  # warm-up
+                seconds, tokens, steps, used = replay(selector, sub, times, costs_a, gammas_a, False,
+                                                      args.max_new_tokens, kept_a)
                 per_arm = [0] * len(names)
                 for a, n in zip(arms, used):
                     per_arm[a] = n

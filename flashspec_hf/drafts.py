@@ -286,9 +286,9 @@ class LookupOrDraft(DraftSource):
     only, and each row is verified against the scores of the proposal it got (one-hot for lookup's, ``q`` for the
     model's). The lookup runs beside the model's drafting where there is a side stream
     (:attr:`DraftContext.side_stream`), so a mixed step costs about a draft step. The model drafts every row, then
-    forgets its own drafts: a static runner is rewound to before the step
-    and kept current on the mixed drafts like any source that did not draft (:meth:`DraftSource.keep_current`,
-    called by the step); a dynamic runner keeps the committed columns it caught up on and feeds the rest lazily.
+    forgets its own drafts: a static runner is rewound to before the step and kept current on the mixed drafts like
+    any source that did not draft (:meth:`DraftSource.keep_current`, called by the step); a dynamic runner keeps the
+    committed columns it caught up on and feeds the rest lazily.
 
     Args:
         lookup: the pool's prompt lookup; model: a draft model's source of the same pool.

@@ -10,8 +10,9 @@ idle, so the draft forwards' kernels run in its gaps. The scoring (:meth:`~flash
 about 18 small kernels) reads the verified tokens and those guesses, none of which the rest of the step writes, so it
 is forked as soon as verification is enqueued, on the same side stream (after the keep-current forwards that write
 the guesses), runs beside the step's cut, append and commit, and joins the step at its end; the commit waits for the
-keep-current forwards alone (:func:`fork`'s join waits on an event recorded after its work, not on the stream). Forking from and joining the capturing stream is how a CUDA graph
-captures concurrent branches (CUDA programming guide, "Cross-stream dependencies and events")."""
+keep-current forwards alone (:func:`fork`'s join waits on an event recorded after its work, not on the stream).
+Forking from and joining the capturing stream is how a CUDA graph captures concurrent branches (CUDA programming
+guide, "Cross-stream dependencies and events")."""
 
 from __future__ import annotations
 
@@ -30,9 +31,9 @@ def fork(side: torch.cuda.Stream | None, work: Callable[[], object]) -> Callable
     ``work`` makes on ``side`` and the current stream reads after ``join`` (the scoring's counts, a mixed arm's
     lookup) may be freed without ``record_stream``: the allocator hands a freed ``side`` block only to later ``side``
     work, and every launch on ``side`` goes through :func:`fork`, which first waits for the current stream, after
-    those reads. Until
-    ``join``, the current stream must not write what ``work`` reads or writes (the step's commit writes the columns
-    and rewinds every runner's ``seen``: it comes after the keep-current forwards' join; the scoring reads neither).
+    those reads. Until ``join``, the current stream must not write what ``work`` reads or writes (the step's commit
+    writes the columns and rewinds every runner's ``seen``: it comes after the keep-current forwards' join; the
+    scoring reads neither).
     """
     if side is None:
         work()
