@@ -209,10 +209,10 @@ def main():
     lookup_s = step_s[kinds.index("prompt_lookup")]
     host = per_kind(args.host_costs)
     given = {"run": step_s, "host": [host.get(n, host.get(k)) * lookup_s for n, k in zip(names, kinds)]}
-    unknown = set(args.pool.split(",")) - set(names) if args.pool else set()
-    if unknown:
-        raise SystemExit(f"--pool names unknown arms {sorted(unknown)}; the arms are {names}")
-    pool = [a for a, n in enumerate(names) if not args.pool or n in args.pool.split(",") or kinds[a] == "plain"]
+    offered = set(args.pool.split(",")) if args.pool else set(names)
+    if offered - set(names):
+        raise SystemExit(f"--pool names unknown arms {sorted(offered - set(names))}; the arms are {names}")
+    pool = [a for a, n in enumerate(names) if n in offered or kinds[a] == "plain"]
     engines = {f"fixed {n}": (lambda a=a: FixedArm(a), "run") for a, n in enumerate(names)}
     for spec in args.selectors.split(","):
         engines |= {f"{spec} ({costs} costs)": (lambda spec=spec: selector_from_spec(spec), costs) for costs in given}
