@@ -2,7 +2,9 @@
 decoding (one assistant) and prompt-lookup decoding (``pld``; transformers allows B = 1 only for both), and
 flashspec (one fixed assistant, alone; Thompson sampling; ``default``) in its default loop (on CUDA the static-shape
 loop with CUDA graphs) and, as *_dynamic, in its dynamic loop; ``static_autotune`` and ``*_autotune`` compile with
-``CompileConfig(mode="max-autotune")``.
+``CompileConfig(mode="max-autotune")``; ``static_frozen`` and ``*_frozen`` under inductor's freezing (``CompileConfig(
+options={"freezing": True})``, and ``torch._inductor.config.freezing`` set while they trace, which is where dynamo reads
+it): the weights become constants and the GEMMs that share an input are concatenated (q/k/v, gate/up).
 
 Default target: TinyLlama-1.1B's shape (hidden 2048, MLP 5632, 22 layers, 32 heads, 4 KV heads, V = 32000) with
 random weights. Acceptance is SYNTHETIC: each layer's o_proj and down_proj are scaled by ε (the next token then
@@ -61,11 +63,13 @@ COLUMNS = ["target", "weights", "dtype", "engine", "batch", "gamma", "prompt_len
            "peak_mem_gib", "first_call_s", "call_ms", "setup_ms", "steps_ms", "steps", "match_rate", "acceptance", "note",
            "error"]
 FLASHSPEC = ("fixed", "fixed_eager", "thompson", "default", "fixed_dynamic", "thompson_dynamic", "fixed_autotune",
-             "default_autotune")
+             "default_autotune", "fixed_frozen", "default_frozen")
+STATIC = ("static", "static_autotune", "static_frozen")  # stock generate with a static cache (compiled on CUDA)
 # default: what a user gets with the default selector (cost-aware discounted Thompson, with its plain-decoding arm)
 # over the pool plus prompt lookup; *_eager: captured forwards not compiled (disable_compile=True);
 # *_dynamic: cache_implementation="dynamic"; *_autotune (and static_autotune): compile_config=CompileConfig(
-# mode="max-autotune"), inductor benchmarking its Triton GEMM templates against cuBLAS per shape
+# mode="max-autotune"), inductor benchmarking its Triton GEMM templates against cuBLAS per shape; *_frozen (and
+# static_frozen): compile_config=CompileConfig(options={"freezing": True}) under torch._inductor.config.freezing
 
 
 def parse_args():
@@ -81,7 +85,8 @@ def parse_args():
     p.add_argument("--batches", default="1,4,16,64")
     p.add_argument("--engines", default="stock,static,fixed,fixed_eager,thompson,default",
                    help="stock first (the match reference); also known: assisted, pld, thompson_dynamic, "
-                   "fixed_dynamic, static_autotune, fixed_autotune, default_autotune")
+                   "fixed_dynamic, static_autotune, fixed_autotune, default_autotune, static_frozen, fixed_frozen, "
+                   "default_frozen")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--prompt-len", type=int, default=64)
@@ -103,7 +108,7 @@ def parse_args():
     if p.parse_args().quick:  # quick defaults; explicit arguments still win
         p.set_defaults(batches="1,2", repeats=1, max_new_tokens=16, prompt_len=16, depths="1,2,3", epsilon=0.3)
     args = p.parse_args()
-    unknown = set(args.engines.split(",")) - {"stock", "static", "static_autotune", "assisted", "pld", *FLASHSPEC}
+    unknown = set(args.engines.split(",")) - {"stock", *STATIC, "assisted", "pld", *FLASHSPEC}
     if unknown:
         p.error(f"unknown engines {sorted(unknown)}")
     if args.target == "tinyllama" and (args.draft_dirs or args.early_exit_depths):
@@ -212,7 +217,9 @@ def generate_once(engine, model, assistants, ids, mask, args, new_tokens):
     original = generator and generator.update_candidate_strategy
     if engine.endswith("_autotune"):
         kw["compile_config"] = CompileConfig(mode="max-autotune")
-    if engine in ("stock", "static", "static_autotune"):
+    if engine.endswith("_frozen"):
+        kw["compile_config"] = CompileConfig(options={"freezing": True})
+    if engine in ("stock", *STATIC):
         kw["logits_processor"] = LogitsProcessorList([timer])
         if engine.startswith("static"):  # generate compiles the decoding forward itself for a static cache on CUDA
             kw["cache_implementation"] = "static"  # (its default CompileConfig: mode="reduce-overhead")
@@ -248,7 +255,8 @@ def generate_once(engine, model, assistants, ids, mask, args, new_tokens):
         torch.cuda.reset_peak_memory_stats()
     try:
         start = time.perf_counter()
-        out = model.generate(ids, **kw)
+        with torch._inductor.config.patch(freezing=engine.endswith("_frozen")):
+            out = model.generate(ids, **kw)
         if device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start

@@ -15,7 +15,8 @@
 #      of each of SMOLLM2_PROFILE's engines when set (e.g. fixed,default: e2e_smollm2_b1_profile*); then
 #      benchmarks/domain_bench (real prompts, B = 1, EOS on: default against every arm alone; DOMAIN_ARGS, default
 #      --num-prompts 6)
-#   5. the TinyLlama-shape e2e grid: TINY_ENGINES (stock static, fixed and default) at B = 1 (TINY_ARGS, e.g.
+#   5. the TinyLlama-shape e2e grid: TINY_ENGINES (stock static, fixed and default; e.g. static_frozen, fixed_frozen:
+#      inductor freezing) at B = 1 (TINY_ARGS, e.g.
 #      --profile); static and default at TINY_BATCHES (64; set empty to skip)
 #   6. benchmarks/kernel_tune on KERNEL_TUNE_CASES (batch:vocab pairs), when set
 # STAGES (default "kernel tests qwen smollm2 domains tiny") picks and orders them (SmolLM2's grid and domain_bench are
