@@ -300,7 +300,9 @@ class StaticBackend(Backend):
             return outputs
         if key not in graphs:  # graphs share the pool: a graph's outputs are read before another graph replays
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=session.pool):
+            # on the call's GPU: torch.cuda.graph captures on a stream of the current device, and would record none
+            # of another device's kernels (its replays would then do nothing)
+            with torch.cuda.device(self.device), torch.cuda.graph(graph, pool=session.pool):
                 outputs = run()
             graphs[key] = (graph, outputs)
             self.warmup_seconds += warmup * (time.perf_counter() - start)

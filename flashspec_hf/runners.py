@@ -23,6 +23,7 @@ draft. Two kinds:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 from collections.abc import Callable
@@ -442,20 +443,34 @@ def compiled_call(model: PreTrainedModel, options: dict) -> Callable:
     guards; prefills too, and every call's where the backend does not capture them), so the number of kept graphs
     costs no step time. It compiles a ``functools.partial`` of :func:`_model_forward`, whose graphs are kept on the frame torch makes for it. Compiling ``model.__call__`` kept
     them on the code of transformers' decorator around ``forward`` (seen on 5.24), which every model shares with
-    stock ``generate``'s compiled forward: flashspec's graphs then used up stock's recompile limit."""
+    stock ``generate``'s compiled forward: flashspec's graphs then used up stock's recompile limit. With
+    ``options={"freezing": True}`` (``CompileConfig(options=...)``) the weights are frozen into the graphs, which lets
+    inductor concatenate the GEMMs that read one input (q/k/v, gate/up; the graphs then hold those weights a second
+    time)."""
     options = dict(options)
     mode = "max-autotune-no-cudagraphs" if "autotune" in str(options.pop("mode", "")) else None
     compiled = model.__dict__.setdefault("_flashspec_compiled", {})
     key = repr((mode, sorted(options.items())))
     if key not in compiled:
         forward = torch.compile(functools.partial(_model_forward, model), mode=mode, **options)
+        freezing = bool((options.get("options") or {}).get("freezing"))
 
         def call(**kwargs):
-            with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+            with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT), _freezing(freezing):
                 return forward(**kwargs)
 
         compiled[key] = call
     return compiled[key]
+
+
+def _freezing(on: bool) -> contextlib.AbstractContextManager:
+    """Inductor's freezing switched on while dynamo traces, which reads it from the global config (whether weights
+    become constants; torch.compile's ``options`` reach inductor alone, too late), or nothing."""
+    if not on:
+        return contextlib.nullcontext()
+    from torch._inductor import config
+
+    return config.patch(freezing=True)
 
 
 def _model_forward(model: PreTrainedModel, **kwargs):

@@ -107,6 +107,26 @@ def test_static_engine_with_cuda_graphs_equals_stock(disable_compile):
     assert [type(runner) is EarlyExitRunner for runner in session.runners.values()] == [False, True, False, False]
 
 
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_static_engine_on_a_gpu_that_is_not_the_current_one_equals_stock():
+    """Models on cuda:1 while cuda:0 is current: steps and prefills are captured on cuda:1 (a graph captured on a
+    stream of cuda:0 records none of cuda:1's kernels, and its replays would do nothing)."""
+    from flashspec_hf import PromptLookup, RoundRobin
+
+    target = tiny_llama(layers=2, seed=0, peak=8.0).to("cuda:1")
+    drafts = [tiny_llama(layers=1, seed=5, peak=8.0).to("cuda:1"), PromptLookup()]
+    rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60], [77, 3, 51, 51, 9]]
+    ids, mask = left_padded(rows)
+    with torch.cuda.device(0):
+        for call in range(3):  # the later calls replay the graphs the first captured
+            out = target.generate(ids.to("cuda:1"), attention_mask=mask.to("cuda:1"), max_new_tokens=24,
+                                  do_sample=False, assistant_models=drafts, selector=RoundRobin(),
+                                  num_assistant_tokens=3, cache_implementation="static", flashspec=True)
+            assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 24)
+    (session,) = target.__dict__["_flashspec_static_sessions"].values()
+    assert session.graphs and session.prefills, "steps and prefills were captured as CUDA graphs"
+
+
 def test_arm_costs_are_timed_as_replays_of_captured_forwards(monkeypatch):
     """A cost-aware call on the static backend times its arm costs as CUDA-graph replays: two captures per timed job
     (the job, the keep-current forwards on the side stream inside it, keeping logits for the side evidence, then its

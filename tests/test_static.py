@@ -327,6 +327,33 @@ def test_compiled_forwards_equal_eager_ones_and_keep_their_graphs_off_module_cal
         assert not _debug_get_cache_entry_list(code), f"graphs kept on {code.co_filename}:{code.co_firstlineno}"
 
 
+def test_freezing_compile_option_freezes_the_weights_into_the_graphs():
+    """``CompileConfig(options={"freezing": True})`` reaches dynamo (which reads the flag when it traces, from the
+    global config): the compiled forward gives the eager logits, and keeps them after the weights change in place
+    (they were folded into the graph as constants), where the eager forward's change."""
+    from flashspec_hf.runners import StaticRunner
+
+    target = tiny_llama(layers=2, seed=0, peak=8.0)
+    ids = torch.tensor([[5, 17, 33, 8, 90, 41, 7, 12], [12, 60, 77, 3, 51, 51, 9, 4]])
+    columns = Columns(ids, torch.ones_like(ids), 32, 8, Buffers(torch.device("cpu")), track_host_length=False,
+                      dense=True)
+    runners = [StaticRunner(target, 97, 2, 32, torch.device("cpu"), options)
+               for options in (None, {"options": {"freezing": True}})]  # eager, frozen
+
+    def logits() -> list[torch.Tensor]:  # [B, 1, V] of columns [4, 6) from each runner
+        for runner in runners:
+            runner.prefill(columns, 4)
+        return [runner.forward(columns, 2, keep=1) for runner in runners]
+
+    with torch.no_grad():
+        eager, frozen = logits()
+        torch.testing.assert_close(frozen, eager, rtol=1e-4, atol=1e-4)
+        target.model.layers[0].self_attn.q_proj.weight.mul_(3.0)
+        changed, still = logits()
+    assert not torch.allclose(changed, eager, rtol=1e-3, atol=1e-3), "the change moves the eager logits"
+    torch.testing.assert_close(still, frozen, rtol=1e-4, atol=1e-4)
+
+
 @pytest.fixture(scope="module")
 def layered():
     """A four-layer target and its early-exit drafts of 1, 2 and 3 layers (its own modules, shared)."""
