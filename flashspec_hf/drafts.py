@@ -91,7 +91,12 @@ class DraftSource(ABC):
         """Called on a step that another source drafted (``gamma`` drafts now at columns ``[T, T + γ)``); sources
         without a cache ignore it. A source that :attr:`gives_side_evidence` also writes its greedy guesses of the
         step's verified positions ``0 … γ - 1`` to ``guesses`` (int64 ``[B, >= γ]``, target ids) when given one
-        (:class:`~flashspec_hf.evidence.SideEvidence`); the others are never given one."""
+        (:class:`~flashspec_hf.evidence.SideEvidence`); the others are never given one.
+
+        A source that :attr:`keeps_current` runs this on the step's side stream in a captured step
+        (:func:`~flashspec_hf.streams.fork`), while the main stream runs the target's forward, verification and the
+        append to ``ctx.sequences``: it may read ``ctx.columns`` and write only its own state (its cache, its
+        ``seen``, ``guesses``), never ``ctx.sequences``, which changes under it."""
 
     def prompt_guesses(self, ctx: DraftContext, window: range) -> torch.Tensor | None:
         """Greedy guesses int64 ``[B, W]`` of the prompt's tokens at columns ``window.start + 1 … window.stop``, each
