@@ -10,10 +10,10 @@ out, and how steps are launched.
   dense layout (each row commits its accepted drafts and one token, and the next step overwrites its rejected columns,
   so attention spans the prompt and the generated tokens, not every draft ever made); every offset lives on the device,
   one per row, and every draft model is kept current (an early-exit draft by reading the target's cache), so a step
-  has fixed shapes and addresses. On CUDA (every model on one GPU) the whole step of each arm, drafting, verification
-  and commit included, is captured once as a CUDA graph and replayed: a step is one launch, the forwards inside it
-  (target and draft models on CUDA) compiled by inductor, and the host seconds of the eager first steps and captures
-  (where compilation happens) are reported apart (:attr:`StaticBackend.warmup_seconds`). Each runner's compiled
+  has fixed shapes and addresses. On CUDA (every model on the call's GPU) the whole step of each arm, drafting,
+  verification and commit included, is captured once as a CUDA graph and replayed: a step is one launch, the forwards
+  inside it (target and draft models on CUDA) compiled by inductor, and the host seconds of the eager first steps and
+  captures (where compilation happens) are reported apart (:attr:`StaticBackend.warmup_seconds`). Each runner's compiled
   prefill is captured too, once per shape (up to :data:`MAX_CAPTURED_PREFILL_TOKENS`). The state a step touches
   (columns, sequences, caches, limits) is kept on the target between calls of the same set-up, so later calls replay
   the graphs the first one captured. Reports are read ``MAX_IN_FLIGHT`` steps late, so a step enqueues without any
@@ -178,6 +178,9 @@ class StaticSession:
         self.uses = Counter()  # arm, or a prefill's key -> launches
         self.pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None
         self.side = torch.cuda.Stream(device) if device.type == "cuda" else None  # :mod:`~flashspec_hf.streams`
+        # captures run here: torch.cuda.graph's default stream is made once per process, on the device current at
+        # its first capture, and would record none of another device's kernels
+        self.capture = torch.cuda.Stream(device) if device.type == "cuda" else None
 
 
 class StaticBackend(Backend):
@@ -261,15 +264,16 @@ class StaticBackend(Backend):
 
     @functools.cached_property
     def graphed(self) -> bool:
-        """Whether steps are captured: on CUDA, with every model on one GPU (read once, after the runners are made)."""
-        return self.cuda and all(on_one_gpu(r.model) for r in self.session.runners.values())
+        """Whether steps are captured: on CUDA, with every model on the call's GPU (read once, after the runners are
+        made); a model on another GPU, or spread over devices, keeps the steps eager."""
+        return self.cuda and all(on_one_gpu(r.model) and r.model.device == self.device
+                                 for r in self.session.runners.values())
 
     @property
     def side_stream(self) -> torch.cuda.Stream | None:
-        """The session's side stream when steps are captured and every model sits on the call's GPU (a side stream of
-        one device does not order another device's kernels); else None."""
-        same_gpu = all(r.model.device == self.device for r in self.session.runners.values())
-        return self.session.side if self.graphed and same_gpu else None
+        """The session's side stream when steps are captured (every model then sits on the call's GPU: a side stream
+        of one device would not order another device's kernels); else None."""
+        return self.session.side if self.graphed else None
 
     def warming_arm(self, selector: Selector) -> int | None:
         """The first candidate without a captured step (CUDA graphs only): a session's first call runs every
@@ -300,9 +304,7 @@ class StaticBackend(Backend):
             return outputs
         if key not in graphs:  # graphs share the pool: a graph's outputs are read before another graph replays
             graph = torch.cuda.CUDAGraph()
-            # on the call's GPU: torch.cuda.graph captures on a stream of the current device, and would record none
-            # of another device's kernels (its replays would then do nothing)
-            with torch.cuda.device(self.device), torch.cuda.graph(graph, pool=session.pool):
+            with torch.cuda.graph(graph, pool=session.pool, stream=session.capture):
                 outputs = run()
             graphs[key] = (graph, outputs)
             self.warmup_seconds += warmup * (time.perf_counter() - start)
@@ -347,10 +349,13 @@ class StaticBackend(Backend):
 def _kept_session(target: PreTrainedModel, key: tuple, device: torch.device, models: list) -> StaticSession:
     """The static session kept on ``target`` for ``key`` (new if none; least recently used dropped beyond
     :data:`KEPT_SESSIONS`). All are dropped when the parameters of the target or of a draft model change (new
-    tensors, dtype or device), since a graph replays the memory it captured."""
+    tensors, dtype or device), since a graph replays the memory it captured, and so are the models' compiled
+    forwards, which may hold frozen weights."""
     fingerprint = parameters_fingerprint(models)
     if target.__dict__.get("_flashspec_static_fingerprint") != fingerprint:
         clear_static_sessions(target)
+        for model in models:  # frozen compiled forwards hold the old weights as constants (runners.compiled_call)
+            model.__dict__.pop("_flashspec_compiled", None)
         target.__dict__["_flashspec_static_fingerprint"] = fingerprint
     sessions = target.__dict__.setdefault("_flashspec_static_sessions", {})
     session = sessions.pop(key, None) or StaticSession(device)

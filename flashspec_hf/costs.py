@@ -184,7 +184,9 @@ def _captured(work: Callable[[], None], pool) -> Callable[[], None]:
     graphs) on the current device; returns its replay. ``work`` must leave every tensor it reads as it found it (a
     job's rewind), so replays can repeat."""
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, pool=pool):
+    # on a stream of the current device: torch.cuda.graph's default stream sits on the device of the process's first
+    # capture
+    with torch.cuda.graph(graph, pool=pool, stream=torch.cuda.Stream()):
         work()
     return graph.replay
 

@@ -117,7 +117,8 @@ def test_kept_runners_follow_changed_weights_and_dtype(assistants):
 
 def test_static_sessions_are_kept_per_set_up_and_dropped_when_parameters_change(assistants):
     """A static call reuses the session (state buffers, caches, captured steps) kept on the target for its set-up;
-    new parameter tensors, dtype or device drop every kept session, since a graph replays the memory it captured."""
+    new parameter tensors, dtype or device drop every kept session, since a graph replays the memory it captured, and
+    the models' compiled forwards (a frozen one holds the old weights as constants)."""
     from flashspec_hf.backends import KEPT_SESSIONS
 
     model = tiny_llama(layers=2, seed=4, peak=8.0)
@@ -132,10 +133,15 @@ def test_static_sessions_are_kept_per_set_up_and_dropped_when_parameters_change(
     assert len(first.runners) == 1 + len(assistants), "the second call reused the first call's runners"
     _flash(model, assistants, PROMPTS[:2], max_new_tokens=8, **STATIC)  # another batch size: another set-up
     assert len(sessions()) == 2
+    for m in (model, assistants[0]):  # stands for compiled forwards (CUDA's; the CPU's static loop runs eagerly)
+        m.__dict__["_flashspec_compiled"] = {"options": lambda **kwargs: None}
+    _flash(model, assistants, PROMPTS, max_new_tokens=8, **STATIC)
+    assert all("_flashspec_compiled" in vars(m) for m in (model, assistants[0])), "kept while the weights stay"
     with torch.no_grad():
         model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.flip(0))
     _flash(model, assistants, PROMPTS, max_new_tokens=8, **STATIC)
     assert len(sessions()) == 1 and first not in sessions().values()
+    assert not any("_flashspec_compiled" in vars(m) for m in (model, assistants[0]))
     for gamma in range(1, KEPT_SESSIONS + 3):
         _flash(model, assistants, PROMPTS, max_new_tokens=8, num_assistant_tokens=gamma, **STATIC)
     assert len(sessions()) == KEPT_SESSIONS
