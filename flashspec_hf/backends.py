@@ -239,7 +239,7 @@ class StaticBackend(Backend):
         host seconds count in the call's set-up, not in :attr:`warmup_seconds`), when ``model`` sits on the call's
         GPU and the prefill feeds at most :data:`MAX_CAPTURED_PREFILL_TOKENS`; else None (launched from the
         host)."""
-        if not (self.cuda and on_one_gpu(model) and model.device == self.device):
+        if not self._capturable(model):
             return None
 
         def capture(shape: tuple, run: Callable[[], torch.Tensor]) -> torch.Tensor:
@@ -266,8 +266,11 @@ class StaticBackend(Backend):
     def graphed(self) -> bool:
         """Whether steps are captured: on CUDA, with every model on the call's GPU (read once, after the runners are
         made); a model on another GPU, or spread over devices, keeps the steps eager."""
-        return self.cuda and all(on_one_gpu(r.model) and r.model.device == self.device
-                                 for r in self.session.runners.values())
+        return all(self._capturable(r.model) for r in self.session.runners.values())
+
+    def _capturable(self, model: PreTrainedModel) -> bool:
+        """Whether ``model``'s forwards can be captured in this call's graphs: all of it on the call's GPU."""
+        return self.cuda and on_one_gpu(model) and model.device == self.device
 
     @property
     def side_stream(self) -> torch.cuda.Stream | None:
