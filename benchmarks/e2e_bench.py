@@ -13,6 +13,11 @@ embedding, norm and head (``flashspec_hf.models.early_exit_assistants``), so the
 τ, sensitively: on CPU (B = 1, 64 tokens, γ = 4, fp32) τ over the three depths was 2.5-2.7 at ε = 0.001, 2.2-2.6
 at 0.0007 (2.8-2.9 in bf16), 2.9-3.1 at 0.0006, 3.2-3.8 at 0.0005.
 
+``--target smollm2-shape``: SmolLM2-135M-Instruct's shape (:data:`SMOLLM2`) with random weights, its three bundled
+drafts loaded onto it (real weights, sharing its random embeddings and head rows: acceptance near 0) and random
+prompts: the real pool's step times, on a machine that cannot be sent the target's GGUF (98 MB, two device calls):
+for the ``pool_*`` engines, which take the default's step apart.
+
 ``--target smollm2`` (SmolLM2-135M-Instruct) or another preset of ``flashspec_hf.models.PRESETS``
 (``qwen2.5-coder-1.5b``): the real target; its drafts (``--draft-dirs``: compact folders, e.g. fresh from
 draft_release, then ``--early-exit-depths``; else the preset's bundled distilled drafts, else its early exits); the
@@ -56,6 +61,10 @@ from . import DEFAULT_SELECTOR
 
 TINYLLAMA = dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
                  num_key_value_heads=4, vocab_size=32000)
+SMOLLM2 = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+               head_dim=64, vocab_size=49152, tie_word_embeddings=True, rms_norm_eps=1e-5,
+               rope_parameters={"rope_type": "default", "rope_theta": 100000.0})
+"""SmolLM2-135M-Instruct's config (from its GGUF), for ``--target smollm2-shape``."""
 QUICK = dict(TINYLLAMA, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
              num_key_value_heads=2)
 COLUMNS = ["target", "weights", "dtype", "engine", "batch", "gamma", "prompt_len", "max_new_tokens", "repeats",
@@ -63,20 +72,23 @@ COLUMNS = ["target", "weights", "dtype", "engine", "batch", "gamma", "prompt_len
            "peak_mem_gib", "first_call_s", "call_ms", "setup_ms", "steps_ms", "steps", "match_rate", "acceptance", "note",
            "error"]
 FLASHSPEC = ("fixed", "fixed_eager", "thompson", "default", "fixed_dynamic", "thompson_dynamic", "fixed_autotune",
-             "default_autotune", "fixed_frozen", "default_frozen")
+             "default_autotune", "fixed_frozen", "default_frozen", "pool_fixed", "pool_evidence")
 STATIC = ("static", "static_autotune", "static_frozen")  # stock generate with a static cache (compiled on CUDA)
 # default: what a user gets with the default selector (cost-aware discounted Thompson, with its plain-decoding arm)
 # over the pool plus prompt lookup; *_eager: captured forwards not compiled (disable_compile=True);
 # *_dynamic: cache_implementation="dynamic"; *_autotune (and static_autotune): compile_config=CompileConfig(
 # mode="max-autotune"), inductor benchmarking its Triton GEMM templates against cuBLAS per shape; *_frozen (and
-# static_frozen): compile_config=CompileConfig(options={"freezing": True}) under torch._inductor.config.freezing
+# static_frozen): compile_config=CompileConfig(options={"freezing": True}) under torch._inductor.config.freezing;
+# pool_fixed: --fixed-arm pinned (FixedArm) inside the default's pool, its steps running the other draft models'
+# keep-current forwards; pool_evidence: the same, gathering side evidence as the default's steps do. --fixed-arm -1:
+# prompt lookup (for fixed: alone)
 
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default=".")
     p.add_argument("--name", default="e2e_bench", help="output file prefix")
-    p.add_argument("--target", default="tinyllama", choices=["tinyllama", "smollm2", *PRESETS],
+    p.add_argument("--target", default="tinyllama", choices=["tinyllama", "smollm2", "smollm2-shape", *PRESETS],
                    help="smollm2 is the preset smollm2-135m")
     p.add_argument("--nf4", action="store_true", help="target in bitsandbytes NF4, bf16 compute")
     p.add_argument("--device-map", help='accelerate placement of the target: "auto" or JSON, e.g. '
@@ -93,7 +105,8 @@ def parse_args():
     p.add_argument("--gamma", type=int, default=4)
     p.add_argument("--epsilon", type=float, default=0.0006, help="o_proj / down_proj scale (synthetic acceptance)")
     p.add_argument("--depths", default="1,2,4", help="layers of each synthetic assistant")
-    p.add_argument("--fixed-arm", type=int, default=0, help="the assistant of 'fixed' and 'assisted'")
+    p.add_argument("--fixed-arm", type=int, default=0,
+                   help="the assistant of 'fixed', 'assisted' and 'pool_*' (-1: prompt lookup, flashspec engines only)")
     p.add_argument("--corpus", default=".carry/c/corpus.json.gz", help="prompts of a real target")
     p.add_argument("--domains", default="chat,code,prose", help="the corpus's held-out domains to take prompts from")
     p.add_argument("--draft-dirs", default="", help="comma-separated compact draft folders for a real target")
@@ -111,7 +124,7 @@ def parse_args():
     unknown = set(args.engines.split(",")) - {"stock", *STATIC, "assisted", "pld", *FLASHSPEC}
     if unknown:
         p.error(f"unknown engines {sorted(unknown)}")
-    if args.target == "tinyllama" and (args.draft_dirs or args.early_exit_depths):
+    if args.target in ("tinyllama", "smollm2-shape") and (args.draft_dirs or args.early_exit_depths):
         p.error("--draft-dirs and --early-exit-depths are for a real target (--target smollm2 or a preset)")
     args.batch_list = [int(b) for b in args.batches.split(",")]
     return args
@@ -146,22 +159,28 @@ class Stamper(LogitsProcessor):
 
 
 def build_tinyllama(args, device, dtype):
-    """Random TinyLlama-shape target with ε-scaled residual branches, early-exit assistants, random prompts."""
-    from flashspec_hf.models import early_exit_assistants
+    """Random TinyLlama-shape target with ε-scaled residual branches, early-exit assistants, random prompts (or, for
+    ``--target smollm2-shape``, SmolLM2-135M's shape, unscaled, with its bundled drafts)."""
+    from flashspec_hf.models import distilled_assistants, early_exit_assistants
 
     torch.manual_seed(args.seed)
+    shape = SMOLLM2 if args.target == "smollm2-shape" else QUICK if args.quick else TINYLLAMA
     with torch.device(device):
-        model = LlamaForCausalLM(LlamaConfig(**(QUICK if args.quick else TINYLLAMA), pad_token_id=0))
+        model = LlamaForCausalLM(LlamaConfig(**shape, pad_token_id=0))
     model = model.to(dtype).eval()
-    with torch.no_grad():
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.mul_(args.epsilon)
-            layer.mlp.down_proj.weight.mul_(args.epsilon)
+    if shape is not SMOLLM2:
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.o_proj.weight.mul_(args.epsilon)
+                layer.mlp.down_proj.weight.mul_(args.epsilon)
     model = reload(model, device, args) if args.nf4 or args.device_map else model
     model.generation_config.update(eos_token_id=None, pad_token_id=0)
     gen = torch.Generator().manual_seed(args.seed)
     ids = torch.randint(3, model.config.vocab_size, (max(args.batch_list), args.prompt_len), generator=gen)  # [B, L]
-    assistants = early_exit_assistants(model, tuple(int(d) for d in args.depths.split(",")))
+    if shape is SMOLLM2:
+        assistants = distilled_assistants(model)
+    else:
+        assistants = early_exit_assistants(model, tuple(int(d) for d in args.depths.split(",")))
     return model, assistants, lambda b: (ids[:b].to(device), torch.ones_like(ids[:b]).to(device))
 
 
@@ -241,10 +260,14 @@ def generate_once(engine, model, assistants, ids, mask, args, new_tokens):
         generator.update_candidate_strategy = record
     else:  # a selector name gives fresh statistics every call; flashspec picks its loop unless told "dynamic"
         selector, pool = "thompson", assistants
+        default_pool = [*assistants, PromptLookup()]
         if engine.startswith("fixed"):  # the one assistant alone: what a user who knew the best arm would pass
-            selector, pool = FixedArm(0), [assistants[args.fixed_arm]]
+            selector, pool = FixedArm(0), [default_pool[args.fixed_arm]]
         if engine.startswith("default"):
-            selector, pool = DEFAULT_SELECTOR, [*assistants, PromptLookup()]
+            selector, pool = DEFAULT_SELECTOR, default_pool
+        if engine.startswith("pool_"):  # the arm pinned inside the default's pool
+            selector, pool = FixedArm(args.fixed_arm % len(default_pool)), default_pool
+            selector.side_evidence = engine == "pool_evidence"
         kw.update(assistant_models=pool, flashspec=True, selector=selector, num_assistant_tokens=args.gamma)
         if engine.endswith("_dynamic"):
             kw["cache_implementation"] = "dynamic"
@@ -393,10 +416,10 @@ def main():
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     start = time.perf_counter()
     args.target = "smollm2-135m" if args.target == "smollm2" else args.target
-    build = build_tinyllama if args.target == "tinyllama" else build_preset
+    build = build_tinyllama if args.target in ("tinyllama", "smollm2-shape") else build_preset
     model, assistants, prompts = build(args, device, getattr(torch, args.dtype))
-    acceptance = (f"synthetic (eps={args.epsilon})" if args.target == "tinyllama"
-                  else f"real ({args.domains} prompts; drafts {[a.config.name_or_path for a in assistants]})")
+    acceptance = {"tinyllama": f"synthetic (eps={args.epsilon})", "smollm2-shape": "near 0 (random target)"}.get(
+        args.target, f"real ({args.domains} prompts; drafts {[a.config.name_or_path for a in assistants]})")
     base = dict(target=args.target + ("-quick" if args.quick else ""), weights="nf4" if args.nf4 else "dense",
                 dtype=args.dtype, gamma=args.gamma, prompt_len=args.prompt_len, max_new_tokens=args.max_new_tokens,
                 repeats=args.repeats, acceptance=acceptance)

@@ -18,7 +18,10 @@
 #   5. the TinyLlama-shape e2e grid: TINY_ENGINES (stock static, fixed and default; e.g. static_frozen, fixed_frozen:
 #      inductor freezing) at B = 1 (TINY_ARGS, e.g.
 #      --profile); static and default at TINY_BATCHES (64; set empty to skip)
-#   6. benchmarks/kernel_tune on KERNEL_TUNE_CASES (batch:vocab pairs), when set
+#   6. split: the default's step taken apart without SmolLM2's GGUF (e2e_bench --target smollm2-shape: a random
+#      target of its shape, its bundled drafts): a draft arm and prompt lookup, each alone, pinned inside the pool
+#      and pinned with side evidence, at B = 1 (e2e_split_draft, e2e_split_lookup)
+#   7. benchmarks/kernel_tune on KERNEL_TUNE_CASES (batch:vocab pairs), when set
 # STAGES (default "kernel tests qwen smollm2 domains tiny") picks and orders them (SmolLM2's grid and domain_bench are
 # `smollm2` and `domains`). Each stage logs to /tmp/gs/<stage>.log, skipped stages to /tmp/gs/pipeline.log;
 # /tmp/gs/done marks the end.
@@ -74,6 +77,12 @@ tiny() {
     >/tmp/gs/e2e_tiny_b1.log 2>&1
   [ -z "${TINY_BATCHES-64}" ] && return
   e2e --batches "${TINY_BATCHES:-64}" --engines static,default --repeats 2 --name e2e_tiny >/tmp/gs/e2e_tiny.log 2>&1
+}
+split() {
+  for arm in 0 -1; do
+    e2e --target smollm2-shape --batches 1 --engines fixed,pool_fixed,pool_evidence --fixed-arm "$arm" --repeats 3 \
+      --name "e2e_split_$([ "$arm" = 0 ] && echo draft || echo lookup)"
+  done >/tmp/gs/split.log 2>&1
 }
 for stage in ${STAGES:-kernel tests qwen smollm2 domains tiny}; do
   echo "$(date +%T) $stage" >>/tmp/gs/pipeline.log
