@@ -47,13 +47,14 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import torch
 import transformers
 from transformers import CompileConfig, LlamaConfig, LlamaForCausalLM, LogitsProcessor, LogitsProcessorList
 from transformers.generation import candidate_generator
 
-import flashspec_hf  # noqa: F401  (adds flashspec=True to generate)
+import flashspec_hf.backends  # (importing flashspec_hf adds flashspec=True to generate)
 from flashspec_hf import FixedArm, PromptLookup
 from flashspec_hf.models import PRESETS
 
@@ -61,8 +62,8 @@ from . import DEFAULT_SELECTOR
 
 TINYLLAMA = dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
                  num_key_value_heads=4, vocab_size=32000)
-SMOLLM2 = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
-               head_dim=64, vocab_size=49152, tie_word_embeddings=True, rms_norm_eps=1e-5,
+SMOLLM2 = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+               num_key_value_heads=3, head_dim=64, vocab_size=49152, tie_word_embeddings=True, rms_norm_eps=1e-5,
                rope_parameters={"rope_type": "default", "rope_theta": 100000.0})
 """SmolLM2-135M-Instruct's config (from its GGUF), for ``--target smollm2-shape``."""
 QUICK = dict(TINYLLAMA, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
@@ -72,7 +73,8 @@ COLUMNS = ["target", "weights", "dtype", "engine", "batch", "gamma", "prompt_len
            "peak_mem_gib", "first_call_s", "call_ms", "setup_ms", "steps_ms", "steps", "match_rate", "acceptance", "note",
            "error"]
 FLASHSPEC = ("fixed", "fixed_eager", "thompson", "default", "fixed_dynamic", "thompson_dynamic", "fixed_autotune",
-             "default_autotune", "fixed_frozen", "default_frozen", "pool_fixed", "pool_evidence")
+             "default_autotune", "fixed_frozen", "default_frozen", "pool_fixed", "pool_evidence", "default_k1",
+             "pool_fixed_k1", "pool_evidence_k1")
 STATIC = ("static", "static_autotune", "static_frozen")  # stock generate with a static cache (compiled on CUDA)
 # default: what a user gets with the default selector (cost-aware discounted Thompson, with its plain-decoding arm)
 # over the pool plus prompt lookup; *_eager: captured forwards not compiled (disable_compile=True);
@@ -81,7 +83,8 @@ STATIC = ("static", "static_autotune", "static_frozen")  # stock generate with a
 # static_frozen): compile_config=CompileConfig(options={"freezing": True}) under torch._inductor.config.freezing;
 # pool_fixed: --fixed-arm pinned (FixedArm) inside the default's pool, its steps running the other draft models'
 # keep-current forwards; pool_evidence: the same, gathering side evidence as the default's steps do. --fixed-arm -1:
-# prompt lookup (for fixed: alone)
+# prompt lookup (for fixed: alone); *_k1: the draft models that do not draft kept current on every step
+# (flashspec_hf.backends.KEEP_CURRENT_EVERY = 1, the design until 2026-12-07) instead of every third
 
 
 def parse_args():
@@ -267,7 +270,7 @@ def generate_once(engine, model, assistants, ids, mask, args, new_tokens):
             selector, pool = DEFAULT_SELECTOR, default_pool
         if engine.startswith("pool_"):  # the arm pinned inside the default's pool
             selector, pool = FixedArm(args.fixed_arm % len(default_pool)), default_pool
-            selector.side_evidence = engine == "pool_evidence"
+            selector.side_evidence = engine.startswith("pool_evidence")
         kw.update(assistant_models=pool, flashspec=True, selector=selector, num_assistant_tokens=args.gamma)
         if engine.endswith("_dynamic"):
             kw["cache_implementation"] = "dynamic"
@@ -278,7 +281,9 @@ def generate_once(engine, model, assistants, ids, mask, args, new_tokens):
         torch.cuda.reset_peak_memory_stats()
     try:
         start = time.perf_counter()
-        with torch._inductor.config.patch(freezing=engine.endswith("_frozen")):
+        every = 1 if engine.endswith("_k1") else flashspec_hf.backends.KEEP_CURRENT_EVERY
+        with torch._inductor.config.patch(freezing=engine.endswith("_frozen")), \
+                mock.patch.object(flashspec_hf.backends, "KEEP_CURRENT_EVERY", every):
             out = model.generate(ids, **kw)
         if device.type == "cuda":
             torch.cuda.synchronize()

@@ -20,7 +20,8 @@
 #      --profile); static and default at TINY_BATCHES (64; set empty to skip)
 #   6. split: the default's step taken apart without SmolLM2's GGUF (e2e_bench --target smollm2-shape: a random
 #      target of its shape, its bundled drafts): a draft arm and prompt lookup, each alone, pinned inside the pool
-#      and pinned with side evidence, at B = 1 (e2e_split_draft, e2e_split_lookup)
+#      and pinned with side evidence, keeping the others current every third step and (*_k1) every step, at B = 1
+#      (e2e_split_draft, e2e_split_lookup)
 #   7. benchmarks/kernel_tune on KERNEL_TUNE_CASES (batch:vocab pairs), when set
 # STAGES (default "kernel tests qwen smollm2 domains tiny") picks and orders them (SmolLM2's grid and domain_bench are
 # `smollm2` and `domains`). Each stage logs to /tmp/gs/<stage>.log, skipped stages to /tmp/gs/pipeline.log;
@@ -80,7 +81,8 @@ tiny() {
 }
 split() {
   for arm in 0 -1; do
-    e2e --target smollm2-shape --batches 1 --engines fixed,pool_fixed,pool_evidence --fixed-arm "$arm" --repeats 3 \
+    e2e --target smollm2-shape --batches 1 --fixed-arm "$arm" --repeats 3 \
+      --engines fixed,pool_fixed,pool_fixed_k1,pool_evidence,pool_evidence_k1 \
       --name "e2e_split_$([ "$arm" = 0 ] && echo draft || echo lookup)"
   done >/tmp/gs/split.log 2>&1
 }

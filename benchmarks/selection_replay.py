@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 
 from flashspec_hf import FixedArm, PromptLookup
-from flashspec_hf.backends import MAX_IN_FLIGHT
+from flashspec_hf.backends import KEEP_CURRENT_EVERY, MAX_IN_FLIGHT
 from flashspec_hf.models import distilled_assistants, load_target
 
 from . import DEFAULT_SELECTOR, selector_from_spec
@@ -71,6 +71,9 @@ def parse_args():
     p.add_argument("--adaptive-step-factor", type=float, default=1.02,
                    help="step time of an arm under a selector that switches, over the same arm fixed (H100, "
                         "domain_bench at 689a21c: a draft model's step 2.58 ms against 2.53)")
+    p.add_argument("--keep-current-every", type=int, default=KEEP_CURRENT_EVERY,
+                   help="steps between those that keep the draft models current, the only ones with side evidence "
+                        "(flashspec_hf.backends.KEEP_CURRENT_EVERY; 1 until 2026-12-07)")
     p.add_argument("--mixed", action="store_true", help="add the mixed arms (module docstring)")
     p.add_argument("--mixed-evidence", action="store_true", help="mixed arms get side evidence (module docstring)")
     p.add_argument("--pool", help="comma-separated arm names the selectors are offered (default: every arm; the "
@@ -129,20 +132,21 @@ def with_mixed(call: dict, min_match: int) -> dict:
 
 
 def replay(selector, calls: list[dict], step_s: list[float], given_s: list[float], gammas: list[int],
-           warm: bool, max_new_tokens: int,
-           kept_current: list[bool] | None = None) -> tuple[float, int, int, list[int]]:
+           warm: bool, max_new_tokens: int, kept_current: list[bool] | None = None,
+           keep_current_every: int = KEEP_CURRENT_EVERY) -> tuple[float, int, int, list[int]]:
     """Run ``calls`` (traces) through ``selector`` as the static loop would (``warm``: the first call warms every
     arm); returns (step seconds, new tokens, steps that emitted, steps that emitted per arm). A selector that takes
-    side evidence gets, after each step that drafted, the censored counts of the arms ``kept_current`` marks (the
-    draft models) other than the drafting one, as :class:`flashspec_hf.evidence.SideEvidence` gathers them (here
-    every source has one arm, so the drafting arm is the drafting source's only one)."""
+    side evidence gets, after each step that drafted and kept the others current (a call's every
+    ``keep_current_every``-th step), the censored counts of the arms ``kept_current`` marks (the draft models)
+    other than the drafting one, as :class:`flashspec_hf.evidence.SideEvidence` gathers them (here every source has
+    one arm, so the drafting arm is the drafting source's only one)."""
     seconds, tokens, steps, per_arm = 0.0, 0, 0, [0] * len(gammas)
     kept_current = kept_current or [False] * len(gammas)
 
-    def report(arm: int, accepted: int, was_finished: bool, finished: bool, counts: list[int]) -> bool:
+    def report(arm: int, accepted: int, was_finished: bool, finished: bool, counts: list[int], fed: bool) -> bool:
         if not was_finished:
             selector.update(arm, [accepted], gammas[arm])
-            if selector.side_evidence and gammas[arm]:
+            if selector.side_evidence and gammas[arm] and fed:
                 windows = [min(accepted + 1, g, gammas[arm]) for g in gammas]
                 agree = [min(c, w) if kept and a != arm else 0
                          for a, (c, w, kept) in enumerate(zip(counts, windows, kept_current))]
@@ -156,7 +160,7 @@ def replay(selector, calls: list[dict], step_s: list[float], given_s: list[float
         selector.set_costs(given_s)
         t, queue, done = call["start"], deque(), False
         forced = [a for a in selector.candidates() for _ in range(2)] if warm and call is calls[0] else []
-        for _ in range(max_new_tokens):
+        for step in range(max_new_tokens):
             arm = selector.choose(forced.pop(0) if forced else None)
             was_finished = t >= call["length"]
             counts = [0 if was_finished else min(c[t - call["start"]], g) for c, g in zip(call["counts"], gammas)]
@@ -166,7 +170,8 @@ def replay(selector, calls: list[dict], step_s: list[float], given_s: list[float
             seconds += step_s[arm]
             tokens, steps = tokens + emitted, steps + (emitted > 0)
             per_arm[arm] += emitted > 0
-            queue.append((arm, accepted, was_finished, t >= call["length"], counts))
+            fed = step % keep_current_every == keep_current_every - 1
+            queue.append((arm, accepted, was_finished, t >= call["length"], counts, fed))
             while len(queue) > MAX_IN_FLIGHT:
                 done = report(*queue.popleft())
             if done:
@@ -235,9 +240,10 @@ def main():
                 factor = 1.0 if fixed else args.adaptive_step_factor
                 times = [(fixed_s if fixed else step_s)[a] * factor for a in arms]
                 costs_a, gammas_a, kept_a = ([x[a] for a in arms] for x in (given[costs], gammas, drafts))
-                replay(selector, sub[:1], times, costs_a, gammas_a, True, args.max_new_tokens, kept_a)  # warm-up
+                every = args.keep_current_every
+                replay(selector, sub[:1], times, costs_a, gammas_a, True, args.max_new_tokens, kept_a, every)  # warm-up
                 seconds, tokens, steps, used = replay(selector, sub, times, costs_a, gammas_a, False,
-                                                      args.max_new_tokens, kept_a)
+                                                      args.max_new_tokens, kept_a, every)
                 per_arm = [0] * len(names)
                 for a, n in zip(arms, used):
                     per_arm[a] = n

@@ -9,8 +9,9 @@ out, and how steps are launched.
 - :class:`StaticBackend` (``cache_implementation="static"``; CUDA's default when the call needs nothing it lacks): the
   dense layout (each row commits its accepted drafts and one token, and the next step overwrites its rejected columns,
   so attention spans the prompt and the generated tokens, not every draft ever made); every offset lives on the device,
-  one per row, and every draft model is kept current (an early-exit draft by reading the target's cache), so a step
-  has fixed shapes and addresses. On CUDA (every model on the call's GPU) the whole step of each arm, drafting,
+  one per row, and the draft models that do not draft are fed the step's columns on every :data:`KEEP_CURRENT_EVERY`-th
+  step (an early-exit draft reads the target's cache), catching up in forwards of fixed width, so a step has fixed
+  shapes and addresses. On CUDA (every model on the call's GPU) the whole step of each arm, drafting,
   verification and commit included, is captured once as a CUDA graph and replayed: a step is one launch, the forwards
   inside it (target and draft models on CUDA) compiled by inductor, and the host seconds of the eager first steps and
   captures (where compilation happens) are reported apart (:attr:`StaticBackend.warmup_seconds`). Each runner's compiled
@@ -50,6 +51,15 @@ CAPACITY_STEP = 128
 KEPT_SESSIONS = 4
 """Static sessions (state, caches, step and prefill graphs) kept per target model, least recently used dropped
 first."""
+
+KEEP_CURRENT_EVERY = 3
+"""Steps between the static backend's keep-current forwards (1: every step). The draft models that do not draft a
+step are fed its columns only on every ``K``-th step of a call; in between they fall behind by at most ``K - 1`` steps
+of ``γ + 1`` columns, and a draft model catches up by reading again the last
+``2 + (K - 1)(γ_max + 1)`` committed columns (:attr:`StaticBackend.behind`) in one forward, whose width does not
+depend on how far behind it is, so the step keeps fixed shapes. At batch 1 a small draft's forward costs about the
+same over 2 columns as over 12 (launch-bound), so the keep-current forwards cost about ``1 / K`` of feeding every
+step; side evidence comes from those forwards, so from every ``K``-th step only."""
 
 EAGER_USES = 1
 """Steps an arm runs eagerly in a static session before its step is captured (compilation happens there); the same
@@ -108,8 +118,10 @@ class Backend(ABC):
         ``window``, at least past it, keeping its greedy tokens there)."""
 
     def step(self, arm: int, run_step: Callable):
-        """Launch one step of ``arm``: ``run_step(arm)`` enqueues it (and the static backend's commit)."""
-        return run_step(arm)
+        """Launch one step of ``arm``: ``run_step(arm, keep_current)`` enqueues it (and the static backend's commit),
+        ``keep_current`` telling whether the draft models that do not draft it are fed its columns (always here:
+        only static runners keep current)."""
+        return run_step(arm, True)
 
     def warming_arm(self, selector: Selector) -> int | None:
         """One of the arms ``selector`` may choose (:meth:`~flashspec_hf.selection.Selector.candidates`) that the
@@ -173,7 +185,7 @@ class StaticSession:
     def __init__(self, device: torch.device):
         self.buffers = Buffers(device, keep=True)
         self.runners: dict[str, StaticRunner] = {}  # "target" or "draft <source index>" -> runner
-        self.graphs: dict[int, tuple] = {}  # arm -> (CUDA graph, the step's outputs)
+        self.graphs: dict[tuple, tuple] = {}  # (arm, keeps current) -> (CUDA graph, the step's outputs)
         self.prefills: dict[tuple, tuple] = {}  # (runner key, fed, W) -> (CUDA graph, logits)
         self.uses = Counter()  # arm, or a prefill's key -> launches
         self.pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None
@@ -203,18 +215,24 @@ class StaticBackend(Backend):
         self.models, self.set_up = models, set_up
         self.compile_options = compile_options if self.cuda else None
         self.session: StaticSession | None = None
+        self.behind = 2 + (KEEP_CURRENT_EVERY - 1) * (max(gammas) + 1)
+        """Committed columns a draft model reads again when it catches up or is kept current (the last two, and the
+        ``K - 1`` steps it may have missed; :data:`KEEP_CURRENT_EVERY`)."""
+        self.steps = 0  # this call's steps so far
 
     def capacity(self, prompt_length: int, max_new_tokens: int) -> int:
-        """Columns a dense call can need: a lead column, the prompt, ``max_new_tokens``, the ``γ`` a row's last step
-        may commit past them before it freezes, and the ``γ`` drafts every later step writes after a frozen row's
-        length; rounded up to :data:`CAPACITY_STEP` on CUDA."""
-        needed = 1 + prompt_length + max_new_tokens + 2 * max(self.gammas)
+        """Columns a dense call can need: the lead columns (:meth:`columns`), the prompt, ``max_new_tokens``, the
+        ``γ`` a row's last step may commit past them before it freezes, the ``γ`` drafts every later step writes
+        after a frozen row's length, and :attr:`behind` more for the arm costs' timed forwards (they start two columns
+        behind, not :attr:`behind`); rounded up to :data:`CAPACITY_STEP` on CUDA."""
+        needed = max(prompt_length, self.behind) + max_new_tokens + 2 * max(self.gammas) + self.behind
         return -(-needed // CAPACITY_STEP) * CAPACITY_STEP if self.cuda else needed
 
     def columns(self, input_ids, attention_mask, capacity, max_new_tokens) -> Columns:
-        self.session = _kept_session(self.models[0], (self.batch_size, capacity, *self.set_up), self.device, self.models)
+        key = (self.batch_size, capacity, self.behind, *self.set_up)  # runners read `behind` columns again
+        self.session = _kept_session(self.models[0], key, self.device, self.models)
         self.buffers = self.session.buffers
-        lead = 2 - input_ids.shape[1] if input_ids.shape[1] < 2 else 0  # draft models stay two columns behind
+        lead = max(0, self.behind - input_ids.shape[1])  # a draft model's catch-up reads `behind` columns back
         return Columns(input_ids, attention_mask, capacity, max_new_tokens, self.buffers, track_host_length=False,
                        lead=lead, dense=True)
 
@@ -254,7 +272,7 @@ class StaticBackend(Backend):
         given); its forwards compiled when its model is on CUDA."""
         if key not in self.session.runners:
             shape = (model, self.vocab_size, self.batch_size, columns.capacity, self.device, self.options_for(model))
-            runner = StaticRunner(*shape) if target is None else EarlyExitRunner(*shape, target)
+            runner = StaticRunner(*shape, behind=self.behind) if target is None else EarlyExitRunner(*shape, target)
             self.session.runners[key] = runner
         return self.session.runners[key]
 
@@ -278,21 +296,31 @@ class StaticBackend(Backend):
         of one device would not order another device's kernels); else None."""
         return self.session.side if self.graphed else None
 
+    @property
+    def keeps_current(self) -> bool:
+        """Whether the next step feeds its columns to the draft models that do not draft it: every
+        :data:`KEEP_CURRENT_EVERY`-th step of a call (so none is more than ``K - 1`` steps behind)."""
+        return self.steps % KEEP_CURRENT_EVERY == KEEP_CURRENT_EVERY - 1
+
     def warming_arm(self, selector: Selector) -> int | None:
-        """The first candidate without a captured step (CUDA graphs only): a session's first call runs every
-        candidate's eager step and capture, so a later switch of arm replays a graph instead of paying them in the
-        middle of a call (48 ms steps against 2.7 ms on the H200, TinyLlama shape, B = 1). The arm is fixed before
-        the step, from the session's state only, so the output distribution is unchanged."""
+        """The first candidate without a captured step of the next step's kind (keeping the others current or not;
+        CUDA graphs only): a session's first call runs every candidate's eager steps and captures, so a later switch
+        of arm replays a graph instead of paying them in the middle of a call (48 ms steps against 2.7 ms on the
+        H200, TinyLlama shape, B = 1). The arm is fixed before the step, from the session's state only, so the
+        output distribution is unchanged."""
         if not self.graphed:
             return None
-        return next((arm for arm in selector.candidates() if arm not in self.session.graphs), None)
+        kind = self.keeps_current
+        return next((arm for arm in selector.candidates() if (arm, kind) not in self.session.graphs), None)
 
     def step(self, arm: int, run_step: Callable):
-        """Eager for an arm's first :data:`EAGER_USES` steps of the session (or everywhere off CUDA), then captured
-        once as a CUDA graph and replayed."""
+        """Eager for the first :data:`EAGER_USES` steps of each kind (arm, keeping the others current or not) of the
+        session (or everywhere off CUDA), then captured once as a CUDA graph and replayed."""
+        kind = self.keeps_current
+        self.steps += 1
         if not self.graphed:
-            return run_step(arm)
-        return self._captured(self.session.graphs, arm, lambda: run_step(arm))
+            return run_step(arm, kind)
+        return self._captured(self.session.graphs, (arm, kind), lambda: run_step(arm, kind))
 
     def _captured(self, graphs: dict, key, run: Callable, warmup: bool = True):
         """``run()``'s outputs: eager for the session's first :data:`EAGER_USES` uses of ``key``, then captured once

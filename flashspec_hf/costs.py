@@ -1,11 +1,14 @@
 """Arm costs for cost-aware selection: the seconds of one step of each arm, calibrated once per set-up.
 
-An arm's step costs one target forward over ``γ + 1`` columns plus, for a draft model, ``γ`` one-column draft
-forwards (prompt lookup and plain decoding draft for free; a mixed arm, :class:`~flashspec_hf.drafts.LookupOrDraft`,
-pays its model's), plus, on the static backend, one ``γ + 1``-column forward of every other draft model it keeps
-current (a mixed arm's own model too; not early exits: they read the target's cache), keeping ``γ`` logits when the
-step gathers side evidence (:mod:`~flashspec_hf.evidence`). Where those run on a side stream beside the target's
-forward (captured steps, :mod:`~flashspec_hf.streams`), the target's forward is timed with them running beside it.
+An arm's step costs one target forward over ``γ + 1`` columns plus, for a draft model, its catch-up forward (over
+the columns it reads again: :attr:`~flashspec_hf.runners.StaticRunner.behind` on the static backend, else one) and
+``γ - 1`` one-column draft forwards (prompt lookup and plain decoding draft for free; a mixed arm,
+:class:`~flashspec_hf.drafts.LookupOrDraft`, pays its model's), plus, on the static backend's every
+:data:`~flashspec_hf.backends.KEEP_CURRENT_EVERY`-th step (``1 / K`` of their cost on each step), one forward of
+every other draft model it keeps current over ``W + γ - 1`` columns (a mixed arm's own model too; not early exits:
+they read the target's cache), keeping ``γ`` logits when the step gathers side evidence
+(:mod:`~flashspec_hf.evidence`). Where those run on a side stream beside the target's forward (captured steps,
+:mod:`~flashspec_hf.streams`), the target's forward is timed alone and with them running beside it.
 Each forward runs through the call's own runners (compiled forwards included) on columns past the committed ones and
 is rewound, so nothing the call computes changes; the forwards run in interleaved rounds and each counts its fastest
 (:func:`forward_seconds`). They are timed as the call's steps run them: where the backend captures its steps as CUDA
@@ -33,7 +36,7 @@ from collections.abc import Callable
 import torch
 
 from .columns import Columns
-from .backends import parameters_fingerprint
+from . import backends
 from .cpu_products import rerouting
 from .drafts import DraftSource, LookupOrDraft, ModelDrafts
 from .runners import NO_LOGITS, Runner
@@ -72,7 +75,8 @@ def arm_costs(
     mixed = {s: sources.index(source.model) for s, source in enumerate(sources) if isinstance(source, LookupOrDraft)}
     models = [target.model, *(runner.model for runner in drafts.values())]
     key = (backend, columns.tokens.shape[0], str(columns.tokens.device), tuple(type(s).__name__ for s in sources),
-           tuple(arms), parameters_fingerprint(models), rerouting(), side_stream is not None, evidence, graphed)
+           tuple(arms), backends.parameters_fingerprint(models), rerouting(), side_stream is not None, evidence,
+           graphed, backends.KEEP_CURRENT_EVERY)
     kept = target.model.__dict__.setdefault("_flashspec_arm_costs", {})
     if key not in kept:
         kept[key] = _calibrate(target, drafts, mixed, arms, columns, side_stream, evidence, graphed)
@@ -82,28 +86,41 @@ def arm_costs(
 def _calibrate(target: Runner, drafts: dict[int, Runner], mixed: dict[int, int], arms: list[tuple[int, int]],
                columns: Columns, side_stream: torch.cuda.Stream | None, evidence: bool,
                graphed: bool) -> list[float]:
-    """An arm's step: the target's forward over γ + 1 columns, γ forwards of its draft model (a mixed arm's model
-    drafts every row), and the forward keeping each other draft model current (a mixed arm's own model too: its
-    drafts are replaced by the mixed ones; γ logits kept with ``evidence``): after the target's, or beside it on
-    ``side_stream``."""
+    """An arm's step: the target's forward over γ + 1 columns, its draft model's catch-up and γ - 1 further forwards
+    (a mixed arm's model drafts every row), and on every ``K``-th step the forward keeping each other draft model
+    current (a mixed arm's own model too: its drafts are replaced by the mixed ones; γ logits kept with
+    ``evidence``): after the target's, or beside it on ``side_stream``."""
     current = [s for s, runner in drafts.items() if runner.keeps_current]
     others = {s: tuple(o for o in current if o != s) for s, _ in arms}  # the draft models an arm keeps current
+    gammas = sorted({g for _, g in arms})
+
+    def reread(runner: Runner) -> int:  # columns a draft model's catch-up feeds
+        return runner.behind if runner.keeps_current else 1
+
     jobs = {("draft", s): (runner, 1, 1, ()) for s, runner in drafts.items()}
+    jobs |= {("catch_up", s): (runner, reread(runner), 1, ()) for s, runner in drafts.items()}
+    jobs |= {("target", g): (target, g + 1, g + 1, ()) for g in gammas}
+    kept = {o: lambda g, o=o: (drafts[o], reread(drafts[o]) + g - 1, g if evidence else 0) for o in current}
     if side_stream is None:
-        gammas = sorted({g for _, g in arms})
-        jobs |= {("target", g): (target, g + 1, g + 1, ()) for g in gammas}
-        jobs |= {("current", s, g): (drafts[s], g + 1, g if evidence else 0, ()) for s in current for g in gammas}
+        jobs |= {("current", o, g): (*kept[o](g), ()) for o in current for g in gammas}
     else:  # timed together: the target's forward with the others' forwards beside it
-        jobs |= {("beside", others[s], g): (target, g + 1, g + 1, tuple((drafts[o], g + 1, g if evidence else 0)
-                                                                        for o in others[s])) for s, g in arms}
+        jobs |= {("beside", others[s], g): (target, g + 1, g + 1, tuple(kept[o](g) for o in others[s]))
+                 for s, g in arms}
     seconds = dict(zip(jobs, forward_seconds(list(jobs.values()), columns, side_stream, graphed)))
 
-    def target_and_current(s: int, g: int) -> float:
+    def keeping_current(s: int, g: int) -> float:  # what the others' keep-current forwards add to a step that has them
         if side_stream is not None:
-            return seconds["beside", others[s], g]
-        return seconds["target", g] + sum(seconds["current", o, g] for o in others[s])
+            return max(seconds["beside", others[s], g] - seconds["target", g], 0.0)
+        return sum(seconds["current", o, g] for o in others[s])
 
-    return [target_and_current(s, g) + g * seconds.get(("draft", mixed.get(s, s)), 0.0) for s, g in arms]
+    def drafting(s: int, g: int) -> float:
+        model = mixed.get(s, s)
+        if model not in drafts or not g:
+            return 0.0
+        return seconds["catch_up", model] + (g - 1) * seconds["draft", model]
+
+    every = backends.KEEP_CURRENT_EVERY
+    return [seconds["target", g] + keeping_current(s, g) / every + drafting(s, g) for s, g in arms]
 
 
 def forward_seconds(jobs: list[tuple[Runner, int, int, tuple]], columns: Columns,

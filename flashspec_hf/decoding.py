@@ -101,13 +101,15 @@ class Run:
         return self.ctx.sequences
 
 
-def speculative_step(run: Run, arm: int) -> Step:
+def speculative_step(run: Run, arm: int, keep_current: bool) -> Step:
     """Enqueue one speculative step with ``arm`` (module docstring, items 1–6; the commit too when the backend
-    commits inside the step). State is updated in place, so a captured step replays correctly."""
+    commits inside the step), feeding its columns to the sources that did not draft it if ``keep_current`` (the
+    static backend's every :data:`~flashspec_hf.backends.KEEP_CURRENT_EVERY`-th step; the only steps that gather
+    side evidence). State is updated in place, so a captured step replays correctly."""
     source, gamma = run.arms[arm]
     drafts, draft_scores = run.sources[source].propose(run.ctx, gamma)  # [B, γ], [B, γ, V] | None
     gamma = drafts.shape[1]  # fewer where the source drafted fewer (DraftContext.fewer_drafts)
-    others = [o for o, other in enumerate(run.sources) if o != source and other.keeps_current]
+    others = [o for o, other in enumerate(run.sources) if o != source and other.keeps_current and keep_current]
     join = fork(run.side_stream if others else None, lambda: [_keep_current(run, o, gamma) for o in others])
     logits = run.target.verify_forward(run.columns, gamma).to(drafts.device)  # [B, γ+1, V]
     target_scores = run.processing.target(logits, run.sequences, run.groups, drafts)  # [B, γ+1, V]
@@ -119,7 +121,7 @@ def speculative_step(run: Run, arm: int) -> Step:
     def score() -> None:
         scored.append(run.evidence.score(source, gamma, output, num_accepted, ~was_finished))
 
-    join_score = fork(run.side_stream, score) if run.evidence is not None else lambda: None
+    join_score = fork(run.side_stream, score) if run.evidence is not None and keep_current else lambda: None
     num_emitted, finished = run.stopping.cut(output, num_accepted, target_scores, was_finished, run.sequences, run.groups)
     run.finished.copy_(finished)
     num_new_before = run.sequences.num_new.clone() if run.reports.selector.full_information else None  # [B]
@@ -130,7 +132,7 @@ def speculative_step(run: Run, arm: int) -> Step:
     if run.commit_in_step is not None:
         run.commit_in_step(run.columns, output, num_accepted, gamma, was_finished)
     join_score()
-    evidence = scored[0] if scored else None
+    evidence = scored[0] if scored else None if run.evidence is None else run.evidence.zeros  # [A, 2]
     return Step(arm, gamma, output, num_accepted, num_emitted, was_finished, finished, num_new_before, evidence)
 
 
@@ -153,7 +155,7 @@ def decode(run: Run, backend: Backend, streamer=None) -> None:
     for _ in range(run.stopping.max_new_tokens):
         arm, start = run.reports.choose(backend.warming_arm(run.reports.selector))
         with _step_guard():  # enqueues the whole step; nothing here waits for the device
-            step = backend.step(arm, lambda a: speculative_step(run, a))
+            step = backend.step(arm, lambda a, keep_current: speculative_step(run, a, keep_current))
             run.reports.add(arm, step.gamma, start, step.num_accepted, step.num_emitted, step.was_finished,
                             step.finished, step.evidence)
         done = run.reports.read(backend.in_flight)

@@ -88,8 +88,9 @@ class DraftSource(ABC):
     static backend; :class:`~flashspec_hf.evidence.SideEvidence`)."""
 
     def keep_current(self, ctx: DraftContext, gamma: int, guesses: torch.Tensor | None = None) -> None:
-        """Called on a step that another source drafted (``gamma`` drafts now at columns ``[T, T + γ)``); sources
-        without a cache ignore it. A source that :attr:`gives_side_evidence` also writes its greedy guesses of the
+        """Called on a step that another source drafted (``gamma`` drafts now at columns ``[T, T + γ)``), on the
+        static backend's every :data:`~flashspec_hf.backends.KEEP_CURRENT_EVERY`-th step; sources without a cache
+        ignore it. A source that :attr:`gives_side_evidence` also writes its greedy guesses of the
         step's verified positions ``0 … γ - 1`` to ``guesses`` (int64 ``[B, >= γ]``, target ids) when given one
         (:class:`~flashspec_hf.evidence.SideEvidence`); the others are never given one.
 
@@ -379,8 +380,8 @@ PROMPT_POSITIONS = 256
 
 def prompt_window(columns: Columns) -> range | None:
     """The prompt columns whose next tokens every source guesses for the selector's prior: the last ``W`` before
-    column ``T₀ - 2`` (the static backend keeps draft models two columns behind the committed prompt of ``T₀``
-    columns, so every model has fed them after its prefill); ``W = min(PROMPT_WINDOW, PROMPT_POSITIONS // B)``, or
+    column ``T₀ - 2`` (the static backend prefills draft models up to two columns behind the committed prompt of
+    ``T₀`` columns, so every model has fed them after its prefill); ``W = min(PROMPT_WINDOW, PROMPT_POSITIONS // B)``, or
     None when the prompt is too short or the batch larger than :data:`PROMPT_POSITIONS` rows."""
     stop = columns.start_length - 2
     width = min(PROMPT_WINDOW, PROMPT_POSITIONS // columns.tokens.shape[0], stop)

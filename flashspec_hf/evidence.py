@@ -6,14 +6,15 @@ forward of every draft model and a host copy per step). *Side evidence* (:class:
 only what costs next to nothing.
 
 A bandit learns an arm's acceptance only from the steps that arm drafts, so it must spend steps on arms that turn out
-worse (exploration) and spend them again whenever the text changes. On the static backend, every draft model that
-did not draft a step runs a forward over that step's columns anyway, to stay current
-(:meth:`~flashspec_hf.drafts.DraftSource.keep_current`); keeping the logits of that forward gives its greedy guess
-of each verified position, teacher-forced on the committed tokens before it, which is exactly how many drafts it
-would have had accepted under greedy decoding, censored at the positions the step verified. The arms of every such
-draft model are then observed on every step another source drafts, as in a bandit with side observations (Mannor &
-Shamir 2011, "From Bandits to Experts: On the Value of Side-Observations"): the selector's estimates stay current
-for free and its exploration is no longer paid for in steps. Not observed: prompt lookup, mixed arms, early exits
+worse (exploration) and spend them again whenever the text changes. On the static backend, on every
+:data:`~flashspec_hf.backends.KEEP_CURRENT_EVERY`-th step, every draft model that did not draft it runs a forward
+over that step's columns anyway, to stay current (:meth:`~flashspec_hf.drafts.DraftSource.keep_current`); keeping
+the logits of that forward gives its greedy guess of each verified position, teacher-forced on the committed tokens
+before it, which is exactly how many drafts it would have had accepted under greedy decoding, censored at the
+positions the step verified. The arms of every such draft model are then observed on those steps, as in a bandit
+with side observations (Mannor & Shamir 2011, "From Bandits to Experts: On the Value of Side-Observations"): the
+selector's estimates stay current for free and its exploration is no longer paid for in steps. The other steps
+report no evidence (zeros). Not observed: prompt lookup, mixed arms, early exits
 (they read the target's cache and run no forward of their own), the drafting source's own other-γ arms, and every
 arm on a plain step (its one column predicts nothing new). The evidence only changes which arm drafts later steps
 (from past steps only), so exactness is untouched.

@@ -3,8 +3,8 @@ draft's, in the static backend, is a view of the target's).
 
 A runner feeds the next ``width`` columns of :class:`~flashspec_hf.columns.Columns` after the ``seen`` ones and
 returns the logits of the last ``keep`` of them. A draft model *catches up* before it drafts (feeds what it has
-not seen, up to the pending column) and, where the backend asks for it, is *kept current* on the steps it did not
-draft. Two kinds:
+not seen, up to the pending column) and, where the backend asks for it, is *kept current* on steps it did not draft.
+Two kinds:
 
 - :class:`DynamicRunner`: ``seen`` on the host, a ``DynamicCache`` that grows with the columns and is cropped on
   rewind; the model builds its own causal mask from a 2D padding mask (or none), so sliding-window layers work.
@@ -13,9 +13,10 @@ draft. Two kinds:
 - :class:`StaticRunner`: ``seen`` on the device, one count per row, and a ``StaticCache`` of ``N`` columns whose layers
   write each row's new keys and values at that row's own offset (:class:`RowOffsetLayer`: the dense layout of
   :mod:`~flashspec_hf.columns`), with a 4D mask over all of them, so every forward of a step has a fixed shape and a
-  fixed address: the whole step can be captured as one CUDA graph. Every draft model is rewound to two columns behind
-  the committed length after every step (its catch-up is always two columns wide), except an early-exit draft
-  (:class:`EarlyExitRunner`), which reads and writes the target's cache and catches up with one column. Its
+  fixed address: the whole step can be captured as one CUDA graph. A draft model's catch-up and keep-current forwards
+  read the last :attr:`StaticRunner.behind` committed columns again (two, plus what it may have missed since it was
+  last fed: :data:`~flashspec_hf.backends.KEEP_CURRENT_EVERY`), whatever it has seen, so their widths are fixed; an
+  early-exit draft (:class:`EarlyExitRunner`) reads and writes the target's cache and catches up with one column. Its
   forwards, the target's and the drafts' alike, can be compiled by ``torch.compile`` (inductor without its own CUDA
   graphs: the step's graph, or each prefill shape's, captures its kernels); the compiled forward is kept on the
   model, so compilation happens once per model and shape family.
@@ -121,9 +122,10 @@ class Runner:
         raise NotImplementedError
 
     def keep_current(self, columns: Columns, gamma: int, logits: bool = False) -> torch.Tensor | None:
-        """Called on a step that another source drafted (``gamma`` drafts at columns ``[T, T + γ)``); with ``logits``,
-        returns the logits ``[B, γ, V_model]`` of columns ``[T - 1, T + γ - 1)`` (predicting the step's verified
-        positions ``0 … γ - 1``) where the runner runs a forward (:attr:`keeps_current`), else None."""
+        """Called on a step that another source drafted (``gamma`` drafts at columns ``[T, T + γ)``), when the backend
+        keeps the others current; with ``logits``, returns the logits ``[B, γ, V_model]`` of columns
+        ``[T - 1, T + γ - 1)`` (predicting the step's verified positions ``0 … γ - 1``) where the runner runs a
+        forward (:attr:`keeps_current`), else None."""
 
     def rewind(self, length: int | torch.Tensor) -> None:
         """Forget the columns from ``length`` on (no-op if ``seen <= length``)."""
@@ -269,13 +271,18 @@ class StaticRunner(Runner):
         device: where the columns live (``seen`` goes there).
         compile_options: ``torch.compile`` keyword arguments for this model's forwards inside steps (their ``mode``
             is replaced by one without inductor's CUDA graphs), or None for the eager forward.
+        behind: ``W``, committed columns a draft model's catch-up and keep-current forwards read again (at least 2:
+            the column before the pending one, and the pending one); a draft that missed some steps' columns catches
+            up on them within these, so it may miss up to ``W - 2`` columns
+            (:data:`~flashspec_hf.backends.KEEP_CURRENT_EVERY`).
     """
 
     keeps_current = True
 
     def __init__(self, model: PreTrainedModel, vocab_size: int, batch_size: int, capacity: int, device: torch.device,
-                 compile_options: dict | None = None):
+                 compile_options: dict | None = None, behind: int = 2):
         super().__init__(model, vocab_size)
+        self.behind = behind
         self.seen = torch.zeros(batch_size, dtype=torch.long, device=device)  # [B]
         self.cache = _new_cache(StaticCache, model.config, layer=self._layer_maker(capacity), max_cache_len=capacity)
         self.dtype = model.get_input_embeddings().weight.dtype
@@ -289,11 +296,16 @@ class StaticRunner(Runner):
         return lambda: RowOffsetLayer(capacity, self.seen)
 
     def catch_up(self, columns: Columns) -> torch.Tensor:
-        return self.forward(columns, 2, keep=1)  # kept two columns behind: the column before the pending, the pending
+        """Feed the last :attr:`behind` committed columns again, the pending one last: ``[T - W, T)`` of each row,
+        whatever it has seen (fixed shapes: a draft kept current reads again what it had)."""
+        self.rewind(columns.length - self.behind)
+        return self.forward(columns, self.behind, keep=1)
 
     def keep_current(self, columns: Columns, gamma: int, logits: bool = False) -> torch.Tensor | None:
         keep = gamma if logits and gamma else 0
-        kept = self.forward(columns, gamma + 1, keep=keep or NO_LOGITS)  # [T - 2, T + γ - 1); rewound by the commit
+        self.rewind(columns.length - self.behind)
+        # [T - W, T + γ - 1): the committed columns it may have missed, the step's drafts; rewound by the commit
+        kept = self.forward(columns, self.behind + gamma - 1, keep=keep or NO_LOGITS)
         return kept if keep else None
 
     def rewind(self, length: int | torch.Tensor) -> None:

@@ -141,6 +141,7 @@ class _Timed:
 
     clock, log, keeps = [0.0], [], set()
     keeps_current = True
+    behind = 6  # columns a draft's catch-up reads again (StaticRunner.behind)
 
     def __init__(self, name, seconds, seen):
         self.name, self.seconds, self.seen = name, seconds, seen
@@ -158,10 +159,11 @@ class _Timed:
 @pytest.mark.parametrize("evidence", [False, True])
 @pytest.mark.parametrize("beside", [False, True])
 def test_keep_current_forwards_cost_what_the_step_runs(monkeypatch, beside, evidence):
-    """Without a side stream an arm pays every other draft model's keep-current forward after the target's; with one,
-    the target's forward is timed with the forwards the step runs beside it (here a perfect overlap: they take no
-    time), each other draft model's over γ + 1 columns, keeping no logits as the step's do, or γ with side evidence;
-    every runner is rewound to where it stood."""
+    """Without a side stream an arm pays every other draft model's keep-current forward after the target's, on one
+    step in ``K`` (KEEP_CURRENT_EVERY); with one, the target's forward is timed alone and with the forwards the step
+    runs beside it (here a perfect overlap: they take no time), each other draft model's over ``W + γ - 1`` columns
+    (``W`` its ``behind``), keeping no logits as the step's do, or γ with side evidence; a draft model's own step is
+    its catch-up over ``W`` columns and ``γ - 1`` one-column forwards; every runner is rewound to where it stood."""
     from flashspec_hf import costs
     from flashspec_hf.runners import NO_LOGITS
 
@@ -186,17 +188,19 @@ def test_keep_current_forwards_cost_what_the_step_runs(monkeypatch, beside, evid
     arms = [(0, 4), (1, 4), (2, 4), (3, 0)]  # the two models, prompt lookup, plain decoding
     table = costs._calibrate(target, drafts, {}, arms, columns=None, side_stream=object() if beside else None,
                              evidence=evidence, graphed=False)
+    w, k = _Timed.behind, costs.backends.KEEP_CURRENT_EVERY
     if beside:
         want = [0.5 + 4 * 0.1, 0.5 + 4 * 0.2, 0.5, 0.5]
-        assert sides == {(("b", 5),), (("a", 5),), (("a", 5), ("b", 5)), (("a", 1), ("b", 1))}
+        assert sides == {(("b", w + 3),), (("a", w + 3),), (("a", w + 3), ("b", w + 3)), (("a", w - 1), ("b", w - 1))}
     else:
-        want = [0.5 + 0.2 + 4 * 0.1, 0.5 + 0.1 + 4 * 0.2, 0.5 + 0.3, 0.5 + 0.3]
+        want = [0.5 + 0.2 / k + 4 * 0.1, 0.5 + 0.1 / k + 4 * 0.2, 0.5 + 0.3 / k, 0.5 + 0.3 / k]
         assert not sides
     assert table == pytest.approx(want)
     assert (target.seen, drafts[0].seen, drafts[1].seen) == (7, 6, 6)
     drafting, current = repr(1), repr(4 if evidence else NO_LOGITS)
-    assert {k for k in _Timed.keeps if k[0] != "target"} == {(d, w, keep) for d in "ab" for w, keep in
-                                                             [(1, drafting), (1, repr(NO_LOGITS)), (5, current)]}
+    assert {k for k in _Timed.keeps if k[0] != "target"} == {
+        (d, width, keep) for d in "ab"
+        for width, keep in [(w, drafting), (1, drafting), (w - 1, repr(NO_LOGITS)), (w + 3, current)]}
 
 
 def test_graphed_timing_captures_each_job_once_after_the_warm_ups_and_times_its_replays(monkeypatch):

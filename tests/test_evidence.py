@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from flashspec_hf import PromptLookup, Selector, ThompsonSampling
+from flashspec_hf.backends import KEEP_CURRENT_EVERY
 from flashspec_hf.drafts import DraftSource
 from flashspec_hf.models import early_exit_assistants
 
@@ -79,7 +80,9 @@ def test_side_evidence_equals_the_oracle_at_batch_3_with_two_gammas(setting, fir
     steps), γ ∈ {2, 4}, a plain arm, mixed arms, prompt lookup, an early exit, a padded and a reduced vocabulary:
     every step's evidence on a draft model's arm of length ``γ_a`` is, summed over the rows generating at the
     step, ``k = min(count, w)`` agreeing tokens and ``k + (k < w)`` tested, ``w = min(n + 1, γ_a, γ)``; 0 and 0 for
-    the drafting source's arms, prompt lookup, mixed arms, the early exit and on plain steps."""
+    the drafting source's arms, prompt lookup, mixed arms, the early exit, on plain steps, and on the steps that do
+    not keep the draft models current (all but every ``KEEP_CURRENT_EVERY``-th: between those the draft models fall
+    behind, then catch up within the columns they read again, which the evidence of the next one checks)."""
     target, drafts = setting
     check_side_evidence_against_oracle(target, drafts, _Recording(first), monkeypatch, calls=1)
 
@@ -109,11 +112,12 @@ def check_side_evidence_against_oracle(target, drafts, selector, monkeypatch, ca
             assert out[b, ids.shape[1]:].tolist() == text[len(PROMPTS[b]): len(PROMPTS[b]) + new].tolist()
         assert len(arms) == selector.num_arms
         lengths = [len(p) for p in PROMPTS]  # committed tokens per row
-        for report, evidence in selector.steps:
+        for step, (report, evidence) in enumerate(selector.steps):
             source, gamma = arms[report.arm][0], report.gamma
             want = [[0] * len(arms), [0] * len(arms)]
+            kept_current = step % KEEP_CURRENT_EVERY == KEEP_CURRENT_EVERY - 1  # the others fed: evidence
             for a, (other, arm_gamma) in enumerate(arms):
-                if other >= len(drafts) or other == source or not gamma:
+                if other >= len(drafts) or other == source or not gamma or not kept_current:
                     continue
                 for b, (t, n) in enumerate(zip(lengths, report.accepted, strict=True)):
                     if report.was_finished[b]:

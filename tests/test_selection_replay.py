@@ -6,6 +6,7 @@ import torch
 
 from benchmarks.selection_replay import replay, trace
 from flashspec_hf import FixedArm, PromptLookup
+from flashspec_hf.backends import KEEP_CURRENT_EVERY
 
 from .conftest import tiny_llama
 
@@ -74,7 +75,8 @@ def test_side_evidence_is_what_the_other_drafts_would_have_had_accepted(target, 
     """On the static backend, each step's side evidence on a draft model that did not draft is its trace count at
     the step's committed length, censored at the positions the step verified (``w = min(n + 1, γ)``): agreeing
     tokens ``min(count, w)``, tested ``+1`` when it falls short of ``w``; nothing for the drafting source, prompt
-    lookup (kept current by nobody) or the plain arm."""
+    lookup (kept current by nobody) or the plain arm, and none on the steps that do not keep the others current (all
+    but every ``KEEP_CURRENT_EVERY``-th), as :func:`benchmarks.selection_replay.replay` has it."""
     ids = torch.tensor([prompt])
     with torch.no_grad():
         got = trace(target, pool, ids, NEW, GAMMA)
@@ -82,10 +84,11 @@ def test_side_evidence_is_what_the_other_drafts_would_have_had_accepted(target, 
     target.generate(ids, max_new_tokens=NEW, do_sample=False, flashspec=True, num_assistant_tokens=GAMMA,
                     assistant_models=[*pool, PromptLookup()], selector=selector, cache_implementation="static")
     t, agreed, tested = got["start"], 0, 0
-    for accepted, successes, trials in selector.steps:
+    for step, (accepted, successes, trials) in enumerate(selector.steps):
         window = min(accepted + 1, GAMMA)
         want = [[0, 0] for _ in range(3)]  # two drafts and prompt lookup (not cost-aware: no plain arm)
-        for other in {0, 1} - {drafting}:
+        fed = step % KEEP_CURRENT_EVERY == KEEP_CURRENT_EVERY - 1  # the steps that keep the others current
+        for other in ({0, 1} - {drafting}) if fed else ():
             agree = min(got["counts"][other][t - got["start"]], window)
             want[other] = [agree, agree + (agree < window)]
         assert [list(pair) for pair in zip(successes, trials, strict=True)] == want

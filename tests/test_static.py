@@ -7,7 +7,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flashspec_hf import FixedArm, Hedge, PromptLookup, RoundRobin
+from flashspec_hf import FixedArm, Hedge, PromptLookup, RoundRobin, Selector
+from flashspec_hf.backends import KEEP_CURRENT_EVERY
 from flashspec_hf.buffers import Buffers
 from flashspec_hf.columns import Columns
 
@@ -89,16 +90,48 @@ def test_the_gate_rejects_accept_all_in_the_static_loop(models, monkeypatch):  #
     assert _p_value(counts, _exact(target, _warpers(1.0, 0, 1.0))) < ALPHA
 
 
-@pytest.mark.parametrize("selector", [FixedArm(0), RoundRobin()])
+class _StaleFirst(Selector):
+    """Draft 1 on all steps but every ``KEEP_CURRENT_EVERY``-th, draft 0 on those: draft 0 then drafts after missing
+    the ``K - 1`` steps before (as far behind as a draft model can fall), where the others are kept current."""
+
+    def begin_call(self):
+        super().begin_call()
+        self.step = -1  # the call's step
+
+    def select(self):
+        self.step += 1
+        return 0 if self.step % KEEP_CURRENT_EVERY == KEEP_CURRENT_EVERY - 1 else 1
+
+
+@pytest.mark.parametrize("selector", [FixedArm(0), RoundRobin(), _StaleFirst()])
 def test_static_loop_drafts_as_well_as_the_dynamic_loop(target, assistants, selector):
-    """Same arms, same acceptance, step by step: a static-loop drafting bug (wrong feed, position or mask) that
-    keeps outputs exact would still lower acceptance."""
+    """Same arms, same acceptance, step by step: a static-loop drafting bug (wrong feed, position or mask; a draft
+    model that catches up on too few of the columns it missed) that keeps outputs exact would still lower
+    acceptance."""
     kw = dict(max_new_tokens=24, num_assistant_tokens=3, selector=selector)
     rows = PROMPTS
     _flash(target, assistants, rows, cache_implementation="dynamic", **kw)
     dynamic = (target.flashspec_stats.step_arms, target.flashspec_stats.step_accepted)
     _flash(target, assistants, rows, **STATIC, **kw)
     assert (target.flashspec_stats.step_arms, target.flashspec_stats.step_accepted) == dynamic
+
+
+def test_draft_models_that_do_not_draft_are_fed_on_every_kth_step_only(target, assistants, monkeypatch):
+    """The keep-current forwards (the cost a pool's other draft models add to a step) run on every
+    ``KEEP_CURRENT_EVERY``-th step of a call, once per draft model that did not draft it, and on no other step."""
+    from flashspec_hf import backends, runners
+
+    kinds, fed = [], []
+    step = backends.StaticBackend.step
+    keep_current = runners.StaticRunner.keep_current
+    monkeypatch.setattr(backends.StaticBackend, "step",
+                        lambda self, arm, run_step: (kinds.append(self.keeps_current), step(self, arm, run_step))[1])
+    monkeypatch.setattr(runners.StaticRunner, "keep_current",
+                        lambda self, *a, **k: (fed.append(len(kinds) - 1), keep_current(self, *a, **k))[1])
+    _flash(target, assistants, PROMPTS[:1], max_new_tokens=24, num_assistant_tokens=3, selector=FixedArm(0), **STATIC)
+    assert len(kinds) > 2 * KEEP_CURRENT_EVERY
+    assert kinds == [i % KEEP_CURRENT_EVERY == KEEP_CURRENT_EVERY - 1 for i in range(len(kinds))]
+    assert fed == [i for i, kept in enumerate(kinds) if kept]  # the one other draft model, on those steps
 
 
 def test_kept_runners_follow_changed_weights_and_dtype(assistants):
