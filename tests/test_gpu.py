@@ -241,28 +241,32 @@ def test_keep_current_forwards_run_beside_the_target_and_join_before_the_commit(
 
 
 def test_first_calls_capture_every_arm_then_switches_only_replay():
-    """A session's first calls draft with each arm that has no captured step yet (its eager step, then its capture),
-    so a later call captures nothing, whichever arms its selector picks; output stays equal to stock's."""
+    """A session's first calls draft with each arm that has no captured step yet of the next step's kind (keeping
+    the other drafts current or not; its eager step, then its capture), so a later call captures nothing, whichever
+    arms its selector picks; output stays equal to stock's."""
     from flashspec_hf import SELECTORS, FixedArm, PromptLookup
+    from flashspec_hf.backends import KEEP_CURRENT_EVERY
 
     target, drafts = _static_models()
     selector = SELECTORS["cost_aware_discounted_thompson"]()
     rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60]]
     ids, mask = left_padded(rows)
-    for call in range(4):
+    for call in range(8):  # 8 arms, 2 kinds of step: the last kind comes on every third step
         out = target.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=32, do_sample=False,
                               assistant_models=[*drafts, PromptLookup()], selector=selector,
                               cache_implementation="static", flashspec=True)
         assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 32)
     (session,) = target.__dict__["_flashspec_static_sessions"].values()
-    assert sorted(session.graphs) == list(range(selector.num_arms)), "every arm (the plain one too) was captured"
+    kinds = {True} if KEEP_CURRENT_EVERY == 1 else {False, True}
+    assert set(session.graphs) == {(arm, kind) for arm in range(selector.num_arms) for kind in kinds}, \
+        "every arm (the plain one too) was captured, for both kinds of step"
     assert sorted(key[0] for key in session.prefills) == ["draft 1", "draft 2", "target"], "and every prefill"
     assert target.flashspec_stats.warmup_seconds == 0, "the last call captured nothing"
     target, drafts = _static_models()  # a fixed arm warms up only itself
     target.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=16, do_sample=False, flashspec=True,
                     assistant_models=[*drafts, PromptLookup()], selector=FixedArm(1), cache_implementation="static")
     (session,) = target.__dict__["_flashspec_static_sessions"].values()
-    assert sorted(session.graphs) == [1]
+    assert {arm for arm, _ in session.graphs} == {1}
 
 
 @pytest.mark.parametrize("do_sample", [False, True])
