@@ -187,7 +187,7 @@ class StaticSession:
         self.runners: dict[str, StaticRunner] = {}  # "target" or "draft <source index>" -> runner
         self.graphs: dict[tuple, tuple] = {}  # (arm, keeps current) -> (CUDA graph, the step's outputs)
         self.prefills: dict[tuple, tuple] = {}  # (runner key, fed, W) -> (CUDA graph, logits)
-        self.uses = Counter()  # arm, or a prefill's key -> launches
+        self.uses = Counter()  # (arm, keeps current), or a prefill's key -> launches
         self.pool = torch.cuda.graph_pool_handle() if device.type == "cuda" else None
         self.side = torch.cuda.Stream(device) if device.type == "cuda" else None  # :mod:`~flashspec_hf.streams`
         # captures run here: torch.cuda.graph's default stream is made once per process, on the device current at
@@ -349,12 +349,12 @@ class StaticBackend(Backend):
     def commit_in_step(self, columns: Columns, output: torch.Tensor, num_accepted: torch.Tensor, gamma: int,
                        was_finished: torch.Tensor) -> None:
         """The step's own commit, captured with it: each row's accepted drafts and one token (rows finished before
-        the step, ``was_finished`` bool ``[B]``, frozen), then every runner rewound per row to where the backend
-        keeps it: the target one column behind the committed length (its pending column), draft models two (an
-        early exit follows the target's pending column, which it reads again when it catches up)."""
+        the step, ``was_finished`` bool ``[B]``, frozen), then the target rewound per row to one column behind the
+        committed length (its pending column). Draft models are left where they are: each of their forwards in a
+        step starts from the committed length (:meth:`StaticRunner.catch_up`, :meth:`StaticRunner.keep_current`;
+        an early exit from the target's pending column)."""
         columns.commit(output, num_accepted, gamma + 1, frozen=was_finished)
-        for key, runner in self.session.runners.items():
-            runner.rewind(columns.length - (1 if key == "target" else 2))
+        self.session.runners["target"].rewind(columns.length - 1)
 
     @staticmethod
     def unsupported(models: list[PreTrainedModel], capture_safe: bool, criteria: bool, streamer, recording: bool,

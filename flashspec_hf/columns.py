@@ -39,8 +39,8 @@ class Columns:
             have (``L - 1 + max_new_tokens``), so drafts past the end and finished rows never index past it.
         buffers: where the tensors live (:class:`~flashspec_hf.buffers.Buffers`).
         track_host_length: keep :attr:`host_length` (the holes layout of the dynamic backend).
-        lead: masked padding columns put before the prompt (the static backend keeps every draft model two columns
-            behind the committed length, which needs ``L + lead >= 2``).
+        lead: masked padding columns put before the prompt (a static draft model reads the last ``W`` committed
+            columns again when it catches up, which needs ``L + lead >= W``: :attr:`StaticBackend.behind`).
         dense: the dense layout (module docstring): rows commit their own number of columns.
 
     Attributes:

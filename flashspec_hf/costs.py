@@ -1,8 +1,8 @@
 """Arm costs for cost-aware selection: the seconds of one step of each arm, calibrated once per set-up.
 
 An arm's step costs one target forward over ``γ + 1`` columns plus, for a draft model, its catch-up forward (over
-the columns it reads again: :attr:`~flashspec_hf.runners.StaticRunner.behind` on the static backend, else one) and
-``γ - 1`` one-column draft forwards (prompt lookup and plain decoding draft for free; a mixed arm,
+the columns it reads again: :attr:`~flashspec_hf.runners.StaticRunner.behind` for a static runner that keeps current,
+else one) and ``γ - 1`` one-column draft forwards (prompt lookup and plain decoding draft for free; a mixed arm,
 :class:`~flashspec_hf.drafts.LookupOrDraft`, pays its model's), plus, on the static backend's every
 :data:`~flashspec_hf.backends.KEEP_CURRENT_EVERY`-th step (``1 / K`` of their cost on each step), one forward of
 every other draft model it keeps current over ``W + γ - 1`` columns (a mixed arm's own model too; not early exits:

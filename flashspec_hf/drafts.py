@@ -292,9 +292,10 @@ class LookupOrDraft(DraftSource):
     only, and each row is verified against the scores of the proposal it got (one-hot for lookup's, ``q`` for the
     model's). The lookup runs beside the model's drafting where there is a side stream
     (:attr:`DraftContext.side_stream`), so a mixed step costs about a draft step. The model drafts every row, then
-    forgets its own drafts: a static runner is rewound to before the step and kept current on the mixed drafts like
-    any source that did not draft (:meth:`DraftSource.keep_current`, called by the step); a dynamic runner keeps the
-    committed columns it caught up on and feeds the rest lazily.
+    forgets its own drafts: a static runner is rewound to before the step and, on the steps that keep the others
+    current, fed the mixed drafts like any source that did not draft (:meth:`DraftSource.keep_current`, called by
+    the step; on the others it reads the columns again at its next catch-up); a dynamic runner keeps the committed
+    columns it caught up on and feeds the rest lazily.
 
     Args:
         lookup: the pool's prompt lookup; model: a draft model's source of the same pool.
@@ -306,8 +307,8 @@ class LookupOrDraft(DraftSource):
 
     def propose(self, ctx: DraftContext, gamma: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         runner = self.model.runner
-        # where the model's own drafts start to be forgotten: a static runner's two-behind offsets [B], refed by
-        # keep_current; a dynamic runner's committed length (host int), after its catch-up
+        # where the model's own drafts start to be forgotten: a static runner's offsets [B] (its next forward reads
+        # the committed columns again); a dynamic runner's committed length (host int), after its catch-up
         keep = runner.seen.clone() if isinstance(runner.seen, torch.Tensor) else ctx.columns.host_length
         seq, found = ctx.sequences, []  # lookup reads the rows' tokens only, which the model's drafting leaves alone
         join = fork(ctx.side_stream, lambda: found.append(

@@ -47,7 +47,8 @@ SLIDING_WINDOW_MIN_VERSION = Version("5.24")
 
 
 class Runner:
-    """One model over a prefix of the columns (``seen`` of them).
+    """One model over a prefix of the columns: its next forward writes from column ``seen`` on (a static draft model's
+    forwards first set ``seen`` back to the committed length less :attr:`StaticRunner.behind`).
 
     Args:
         model: the target or a draft model.

@@ -92,7 +92,8 @@ def test_the_gate_rejects_accept_all_in_the_static_loop(models, monkeypatch):  #
 
 class _StaleFirst(Selector):
     """Draft 1 on all steps but every ``KEEP_CURRENT_EVERY``-th, draft 0 on those: draft 0 then drafts after missing
-    the ``K - 1`` steps before (as far behind as a draft model can fall), where the others are kept current."""
+    the ``K - 1`` steps before, where the others are kept current (as far behind as a draft model can fall when
+    those steps accept every draft)."""
 
     def begin_call(self):
         super().begin_call()
@@ -132,6 +133,23 @@ def test_draft_models_that_do_not_draft_are_fed_on_every_kth_step_only(target, a
     assert len(kinds) > 2 * KEEP_CURRENT_EVERY
     assert kinds == [i % KEEP_CURRENT_EVERY == KEEP_CURRENT_EVERY - 1 for i in range(len(kinds))]
     assert fed == [i for i, kept in enumerate(kinds) if kept]  # the one other draft model, on those steps
+
+
+def test_a_draft_that_missed_the_most_columns_catches_up_on_all_of_them(target):
+    """Two copies of the target as drafts (every draft accepted: each step commits γ + 1 columns), the first drafting
+    after missing ``K - 1`` such steps: it catches up on every column it missed, so it drafts as in the dynamic loop
+    and every draft is accepted; a catch-up one column short would draft from a cache with a hole."""
+    import copy
+
+    drafts = [copy.deepcopy(target), copy.deepcopy(target)]
+    kw = dict(max_new_tokens=40, num_assistant_tokens=3, selector=_StaleFirst())
+    rows = PROMPTS
+    _flash(target, drafts, rows, cache_implementation="dynamic", **kw)
+    dynamic = target.flashspec_stats.step_accepted
+    _flash(target, drafts, rows, **STATIC, **kw)
+    assert target.flashspec_stats.step_accepted == dynamic
+    full = [n == 3 for step in dynamic for n in step]
+    assert sum(full) > 0.9 * len(full), "the copies' drafts are accepted: the steps advance γ + 1 columns"
 
 
 def test_kept_runners_follow_changed_weights_and_dtype(assistants):
