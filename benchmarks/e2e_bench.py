@@ -74,7 +74,8 @@ COLUMNS = ["target", "weights", "dtype", "engine", "batch", "gamma", "prompt_len
            "error"]
 FLASHSPEC = ("fixed", "fixed_eager", "thompson", "default", "fixed_dynamic", "thompson_dynamic", "fixed_autotune",
              "default_autotune", "fixed_frozen", "default_frozen", "pool_fixed", "pool_evidence", "default_k1",
-             "pool_fixed_k1", "pool_evidence_k1")
+             "pool_fixed_k1", "pool_evidence_k1", "fixed_static_shapes", "pool_fixed_static_shapes",
+             "default_static_shapes")
 STATIC = ("static", "static_autotune", "static_frozen")  # stock generate with a static cache (compiled on CUDA)
 # default: what a user gets with the default selector (cost-aware discounted Thompson, with its plain-decoding arm)
 # over the pool plus prompt lookup; *_eager: captured forwards not compiled (disable_compile=True);
@@ -84,7 +85,9 @@ STATIC = ("static", "static_autotune", "static_frozen")  # stock generate with a
 # pool_fixed: --fixed-arm pinned (FixedArm) inside the default's pool, its steps running the other draft models'
 # keep-current forwards; pool_evidence: the same, gathering side evidence as the default's steps do. --fixed-arm -1:
 # prompt lookup (for fixed: alone); *_k1: the draft models that do not draft kept current on every step
-# (flashspec_hf.backends.KEEP_CURRENT_EVERY = 1, the design until 2026-12-07) instead of every third
+# (flashspec_hf.backends.KEEP_CURRENT_EVERY = 1, the design until 2026-12-07) instead of every third;
+# *_static_shapes: compile_config=CompileConfig(dynamic=False), a graph per shape (every model's compiled forward
+# shares one code object, so dynamo's automatic dynamic shapes may otherwise mark a model's widths dynamic)
 
 
 def parse_args():
@@ -241,6 +244,8 @@ def generate_once(engine, model, assistants, ids, mask, args, new_tokens):
         kw["compile_config"] = CompileConfig(mode="max-autotune")
     if engine.endswith("_frozen"):
         kw["compile_config"] = CompileConfig(options={"freezing": True})
+    if engine.endswith("_static_shapes"):
+        kw["compile_config"] = CompileConfig(dynamic=False)
     if engine in ("stock", *STATIC):
         kw["logits_processor"] = LogitsProcessorList([timer])
         if engine.startswith("static"):  # generate compiles the decoding forward itself for a static cache on CUDA

@@ -19,9 +19,11 @@
 #      inductor freezing) at B = 1 (TINY_ARGS, e.g.
 #      --profile); static and default at TINY_BATCHES (64; set empty to skip)
 #   6. split: the default's step taken apart without SmolLM2's GGUF (e2e_bench --target smollm2-shape: a random
-#      target of its shape, its bundled drafts): a draft arm and prompt lookup, each alone, pinned inside the pool
-#      and pinned with side evidence, keeping the others current every third step and (*_k1) every step, at B = 1
-#      (e2e_split_draft, e2e_split_lookup)
+#      target of its shape, its bundled drafts), B = 1: a draft arm alone, pinned inside the pool and pinned with side
+#      evidence, keeping the others current every third step and (*_k1) every step (e2e_split_draft); prompt lookup
+#      alone and pinned inside the pool, compiled as usual and with a graph per shape (*_static_shapes), profiled
+#      (e2e_split_lookup: on the H100 on 2026-12-07 a lookup step took 0.30 ms longer inside the pool, keep-current
+#      forwards or not)
 #   7. benchmarks/kernel_tune on KERNEL_TUNE_CASES (batch:vocab pairs), when set
 # STAGES (default "kernel tests qwen smollm2 domains tiny") picks and orders them (SmolLM2's grid and domain_bench are
 # `smollm2` and `domains`). Each stage logs to /tmp/gs/<stage>.log, skipped stages to /tmp/gs/pipeline.log;
@@ -80,11 +82,11 @@ tiny() {
   e2e --batches "${TINY_BATCHES:-64}" --engines static,default --repeats 2 --name e2e_tiny >/tmp/gs/e2e_tiny.log 2>&1
 }
 split() {
-  for arm in 0 -1; do
-    e2e --target smollm2-shape --batches 1 --fixed-arm "$arm" --repeats 3 \
-      --engines fixed,pool_fixed,pool_fixed_k1,pool_evidence,pool_evidence_k1 \
-      --name "e2e_split_$([ "$arm" = 0 ] && echo draft || echo lookup)"
-  done >/tmp/gs/split.log 2>&1
+  { e2e --target smollm2-shape --batches 1 --fixed-arm 0 --repeats 3 --name e2e_split_draft \
+      --engines fixed,pool_fixed,pool_fixed_k1,pool_evidence,pool_evidence_k1
+    e2e --target smollm2-shape --batches 1 --fixed-arm -1 --repeats 3 --name e2e_split_lookup --profile \
+      --engines fixed,pool_fixed,fixed_static_shapes,pool_fixed_static_shapes
+  } >/tmp/gs/split.log 2>&1
 }
 for stage in ${STAGES:-kernel tests qwen smollm2 domains tiny}; do
   echo "$(date +%T) $stage" >>/tmp/gs/pipeline.log
