@@ -63,7 +63,7 @@ from . import DEFAULT_SELECTOR
 TINYLLAMA = dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
                  num_key_value_heads=4, vocab_size=32000)
 SMOLLM2 = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-               num_key_value_heads=3, head_dim=64, vocab_size=49152, tie_word_embeddings=True, rms_norm_eps=1e-5,
+               num_key_value_heads=3, head_dim=64, vocab_size=49152, tie_word_embeddings=True, rms_norm_eps=9.999999747378752e-06,
                rope_parameters={"rope_type": "default", "rope_theta": 100000.0})
 """SmolLM2-135M-Instruct's config (from its GGUF), for ``--target smollm2-shape``."""
 QUICK = dict(TINYLLAMA, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
