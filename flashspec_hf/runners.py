@@ -27,6 +27,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import itertools
+import types
 from collections.abc import Callable
 
 import torch
@@ -445,8 +447,9 @@ def prefill_width(width: int, capacity: int) -> int:
 
 
 RECOMPILE_LIMIT = 64
-"""Dynamo's recompile limit while a compiled forward runs. Its default, 8, counts the graphs kept for one code object;
-every model's compiled forward here shares one, and each model adds a graph per width family and batch family."""
+"""Dynamo's recompile limit while a compiled forward runs. Its default, 8, counts the graphs kept for one code object
+(one per model here: :func:`_model_forward_of_its_own`), and a model adds a graph per width family and batch family
+(and, with ``CompileConfig(dynamic=False)``, per width)."""
 
 
 def compiled_call(model: PreTrainedModel, options: dict) -> Callable:
@@ -454,9 +457,11 @@ def compiled_call(model: PreTrainedModel, options: dict) -> Callable:
     (``mode="max-autotune-no-cudagraphs"`` if the options asked for autotuning, else the default mode), run under
     :data:`RECOMPILE_LIMIT`. It runs in a static session's eager steps and captures (replays skip dynamo's
     guards; prefills too, and every call's where the backend does not capture them), so the number of kept graphs
-    costs no step time. It compiles a ``functools.partial`` of :func:`_model_forward`, whose graphs are kept on the frame torch makes for it. Compiling ``model.__call__`` kept
-    them on the code of transformers' decorator around ``forward`` (seen on 5.24), which every model shares with
-    stock ``generate``'s compiled forward: flashspec's graphs then used up stock's recompile limit. With
+    costs no step time. It compiles a copy of :func:`_model_forward` under a name of the model's own, on whose code
+    dynamo keeps the model's graphs and what it learnt of their shapes. Compiling ``model.__call__`` kept them on the
+    code of transformers' decorator around ``forward`` (seen on 5.24), which every model shares with stock
+    ``generate``'s compiled forward (flashspec's graphs then used up stock's recompile limit); one function for all
+    of flashspec's models let a draft's values make the target's graphs symbolic. With
     ``options={"freezing": True}`` (``CompileConfig(options=...)``) the weights are frozen into the graphs, which lets
     inductor concatenate the GEMMs that read one input (q/k/v, gate/up; the graphs then hold those weights a second
     time)."""
@@ -465,12 +470,12 @@ def compiled_call(model: PreTrainedModel, options: dict) -> Callable:
     compiled = model.__dict__.setdefault("_flashspec_compiled", {})
     key = repr((mode, sorted(options.items())))
     if key not in compiled:
-        forward = torch.compile(functools.partial(_model_forward, model), mode=mode, **options)
+        forward = torch.compile(_model_forward_of_its_own(), mode=mode, **options)
         freezing = bool((options.get("options") or {}).get("freezing"))
 
         def call(**kwargs):
             with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT), _freezing(freezing):
-                return forward(**kwargs)
+                return forward(model, **kwargs)
 
         compiled[key] = call
     return compiled[key]
@@ -487,8 +492,20 @@ def _freezing(on: bool) -> contextlib.AbstractContextManager:
 
 
 def _model_forward(model: PreTrainedModel, **kwargs):
-    """``model(**kwargs)``: what :func:`compiled_call` compiles."""
+    """``model(**kwargs)``: what :func:`compiled_call` compiles, a copy per model (:func:`_model_forward_of_its_own`)."""
     return model(**kwargs)
+
+
+_copies = itertools.count()
+
+
+def _model_forward_of_its_own() -> Callable:
+    """A copy of :func:`_model_forward` under a name of its own. Dynamo keeps its graphs per code object and what its
+    automatic dynamic shapes learnt per code *name* (``torch._dynamo.pgo.CodeId``: file, line, name): with one for
+    every model, a value that differs between the target and a draft (an RMSNorm epsilon, seen on the CPU on
+    2026-12-07) was made symbolic in the target's graphs too."""
+    code = _model_forward.__code__.replace(co_name=f"_model_forward_{next(_copies)}")
+    return types.FunctionType(code, _model_forward.__globals__, code.co_name)
 
 
 def has_standard_static_layers(model: PreTrainedModel) -> bool:

@@ -384,6 +384,37 @@ def test_compiled_forwards_equal_eager_ones_and_keep_their_graphs_off_module_cal
         assert not _debug_get_cache_entry_list(code), f"graphs kept on {code.co_filename}:{code.co_firstlineno}"
 
 
+def test_a_drafts_values_do_not_make_the_targets_graphs_symbolic():
+    """Each model's compiled forward learns its own shapes: a draft whose RMSNorm epsilon differs from the target's
+    (any float attribute) once made dynamo compile the target's next graph with a symbolic epsilon (shared automatic
+    dynamic state), a slower graph on the GPU; the target's graphs take no float input whichever model ran before."""
+    from flashspec_hf.runners import compiled_call
+
+    floats = {}  # model name -> inputs of its graphs that are floats dynamo left unspecialised (0-d float64 tensors)
+
+    def unspecialised(x) -> bool:
+        return isinstance(x, (float, torch.SymFloat)) or (
+            isinstance(x, torch.Tensor) and x.dim() == 0 and x.dtype == torch.float64)
+
+    def recording(name):
+        def backend(gm, example_inputs):
+            floats.setdefault(name, []).extend(x for x in example_inputs if unspecialised(x))
+            return gm.forward
+        return backend
+
+    target, draft = tiny_llama(layers=2, seed=0), tiny_llama(layers=1, seed=1)
+    for module in draft.modules():
+        if hasattr(module, "variance_epsilon"):
+            module.variance_epsilon = 1e-5  # the target's are 1e-6
+    runs = {"target": compiled_call(target, {"backend": recording("target")}),
+            "draft": compiled_call(draft, {"backend": recording("draft")})}
+    for name, width in [("target", 3), ("draft", 3), ("draft", 4), ("target", 4), ("target", 5)]:
+        ids = torch.randint(3, 90, (1, width))
+        runs[name](input_ids=ids, position_ids=torch.arange(width)[None], attention_mask=None, use_cache=False,
+                   logits_to_keep=1)
+    assert "target" in floats and floats["target"] == []
+
+
 def test_freezing_compile_option_freezes_the_weights_into_the_graphs():
     """``CompileConfig(options={"freezing": True})`` reaches dynamo (which reads the flag when it traces, from the
     global config): the compiled forward gives the eager logits, and keeps them after the weights change in place
