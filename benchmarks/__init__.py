@@ -2,7 +2,7 @@
 
 import random
 
-from flashspec_hf import SELECTORS
+from flashspec_hf import SELECTORS, FixedArm
 
 DEFAULT_SELECTOR = "cost_aware_discounted_thompson"
 """The selector a user gets (``flashspec-demo``, ``flashspec-eval``, the README's pool)."""
@@ -32,4 +32,11 @@ def selector_from_spec(spec: str = "default"):
             selector.rng = random.Random(int(value))
         else:
             setattr(selector, attr, None if value == "None" else float(value))
+    return selector
+
+
+def pinned_with_evidence(arm: int) -> FixedArm:
+    """A :class:`FixedArm` whose calls gather side evidence (the selector ignores it): the default's step, pinned."""
+    selector = FixedArm(arm)
+    selector.side_evidence = True
     return selector

@@ -48,7 +48,7 @@ from flashspec_hf import FixedArm, PromptLookup
 from flashspec_hf.costs import arm_costs
 from flashspec_hf.models import BUNDLED_ASSISTANTS, distilled_assistants, load_target
 
-from . import selector_from_spec
+from . import pinned_with_evidence, selector_from_spec
 
 HOST_COSTS = "@host-costs"
 """Suffix of a ``--selectors`` spec whose arm costs are timed from the host (module docstring)."""
@@ -115,13 +115,6 @@ def engines(assistants: list, selectors: list[str], pool_fixed: tuple[str, ...] 
         adaptive[name] = dict(assistant_models=chosen, selector=selector_from_spec(spec), flashspec=True,
                               **({"arm_costs": host_timed_costs} if host else {}))
     return {"stock static": dict(cache_implementation="static"), **adaptive, **fixed}
-
-
-def pinned_with_evidence(arm: int) -> FixedArm:
-    """A :class:`FixedArm` whose calls gather side evidence (the selector ignores it): the default's step, pinned."""
-    selector = FixedArm(arm)
-    selector.side_evidence = True
-    return selector
 
 
 def step_times(selector, names: list[str], seconds: dict[int, list[float]]) -> str:

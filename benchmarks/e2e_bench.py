@@ -58,13 +58,13 @@ import flashspec_hf.backends  # (importing flashspec_hf adds flashspec=True to g
 from flashspec_hf import FixedArm, PromptLookup
 from flashspec_hf.models import PRESETS
 
-from . import DEFAULT_SELECTOR
+from . import DEFAULT_SELECTOR, pinned_with_evidence
 
 TINYLLAMA = dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22, num_attention_heads=32,
                  num_key_value_heads=4, vocab_size=32000)
 SMOLLM2 = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
-               num_key_value_heads=3, head_dim=64, vocab_size=49152, tie_word_embeddings=True, rms_norm_eps=9.999999747378752e-06,
-               rope_parameters={"rope_type": "default", "rope_theta": 100000.0})
+               num_key_value_heads=3, head_dim=64, vocab_size=49152, tie_word_embeddings=True,
+               rms_norm_eps=9.999999747378752e-06, rope_parameters={"rope_type": "default", "rope_theta": 100000.0})
 """SmolLM2-135M-Instruct's config (from its GGUF), for ``--target smollm2-shape``."""
 QUICK = dict(TINYLLAMA, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
              num_key_value_heads=2)
@@ -86,8 +86,7 @@ STATIC = ("static", "static_autotune", "static_frozen")  # stock generate with a
 # keep-current forwards; pool_evidence: the same, gathering side evidence as the default's steps do. --fixed-arm -1:
 # prompt lookup (for fixed: alone); *_k1: the draft models that do not draft kept current on every step
 # (flashspec_hf.backends.KEEP_CURRENT_EVERY = 1, the design until 2026-12-07) instead of every third;
-# *_static_shapes: compile_config=CompileConfig(dynamic=False), a graph per shape (every model's compiled forward
-# shares one code object, so dynamo's automatic dynamic shapes may otherwise mark a model's widths dynamic)
+# *_static_shapes: compile_config=CompileConfig(dynamic=False), a graph per shape (no symbolic widths)
 
 
 def parse_args():
@@ -274,8 +273,9 @@ def generate_once(engine, model, assistants, ids, mask, args, new_tokens):
         if engine.startswith("default"):
             selector, pool = DEFAULT_SELECTOR, default_pool
         if engine.startswith("pool_"):  # the arm pinned inside the default's pool
-            selector, pool = FixedArm(args.fixed_arm % len(default_pool)), default_pool
-            selector.side_evidence = engine.startswith("pool_evidence")
+            arm = args.fixed_arm % len(default_pool)
+            selector = pinned_with_evidence(arm) if engine.startswith("pool_evidence") else FixedArm(arm)
+            pool = default_pool
         kw.update(assistant_models=pool, flashspec=True, selector=selector, num_assistant_tokens=args.gamma)
         if engine.endswith("_dynamic"):
             kw["cache_implementation"] = "dynamic"

@@ -100,11 +100,13 @@ def _calibrate(target: Runner, drafts: dict[int, Runner], mixed: dict[int, int],
     jobs = {("draft", s): (runner, 1, 1, ()) for s, runner in drafts.items()}
     jobs |= {("catch_up", s): (runner, reread(runner), 1, ()) for s, runner in drafts.items()}
     jobs |= {("target", g): (target, g + 1, g + 1, ()) for g in gammas}
-    kept = {o: lambda g, o=o: (drafts[o], reread(drafts[o]) + g - 1, g if evidence else 0) for o in current}
+    def kept(o: int, g: int) -> tuple[Runner, int, int]:  # draft model o's keep-current forward on a γ = g step
+        return drafts[o], reread(drafts[o]) + g - 1, g if evidence else 0
+
     if side_stream is None:
-        jobs |= {("current", o, g): (*kept[o](g), ()) for o in current for g in gammas}
+        jobs |= {("current", o, g): (*kept(o, g), ()) for o in current for g in gammas}
     else:  # timed together: the target's forward with the others' forwards beside it
-        jobs |= {("beside", others[s], g): (target, g + 1, g + 1, tuple(kept[o](g) for o in others[s]))
+        jobs |= {("beside", others[s], g): (target, g + 1, g + 1, tuple(kept(o, g) for o in others[s]))
                  for s, g in arms}
     seconds = dict(zip(jobs, forward_seconds(list(jobs.values()), columns, side_stream, graphed)))
 

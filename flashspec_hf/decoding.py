@@ -109,7 +109,7 @@ def speculative_step(run: Run, arm: int, keep_current: bool) -> Step:
     source, gamma = run.arms[arm]
     drafts, draft_scores = run.sources[source].propose(run.ctx, gamma)  # [B, γ], [B, γ, V] | None
     gamma = drafts.shape[1]  # fewer where the source drafted fewer (DraftContext.fewer_drafts)
-    others = [o for o, other in enumerate(run.sources) if o != source and other.keeps_current and keep_current]
+    others = [o for o, other in enumerate(run.sources) if o != source and other.keeps_current] if keep_current else []
     join = fork(run.side_stream if others else None, lambda: [_keep_current(run, o, gamma) for o in others])
     logits = run.target.verify_forward(run.columns, gamma).to(drafts.device)  # [B, γ+1, V]
     target_scores = run.processing.target(logits, run.sequences, run.groups, drafts)  # [B, γ+1, V]

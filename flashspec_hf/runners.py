@@ -301,15 +301,20 @@ class StaticRunner(Runner):
     def catch_up(self, columns: Columns) -> torch.Tensor:
         """Feed the last :attr:`behind` committed columns again, the pending one last: ``[T - W, T)`` of each row,
         whatever it has seen (fixed shapes: a draft kept current reads again what it had)."""
-        self.rewind(columns.length - self.behind)
+        self._back(columns)
         return self.forward(columns, self.behind, keep=1)
 
     def keep_current(self, columns: Columns, gamma: int, logits: bool = False) -> torch.Tensor | None:
         keep = gamma if logits and gamma else 0
-        self.rewind(columns.length - self.behind)
+        self._back(columns)
         # [T - W, T + γ - 1): the committed columns it may have missed, the step's drafts; rewound by the commit
         kept = self.forward(columns, self.behind + gamma - 1, keep=keep or NO_LOGITS)
         return kept if keep else None
+
+    def _back(self, columns: Columns) -> None:
+        """``seen`` set to :attr:`behind` columns before each row's committed length, where a catch-up or
+        keep-current forward starts (written in place: no temporary inside a captured step)."""
+        torch.sub(columns.length, self.behind, out=self.seen)
 
     def rewind(self, length: int | torch.Tensor) -> None:
         """Set ``seen`` (each row's write offset) to ``length`` (a host int, or int64 ``[]`` or ``[B]``): later
@@ -492,7 +497,8 @@ def _freezing(on: bool) -> contextlib.AbstractContextManager:
 
 
 def _model_forward(model: PreTrainedModel, **kwargs):
-    """``model(**kwargs)``: what :func:`compiled_call` compiles, a copy per model (:func:`_model_forward_of_its_own`)."""
+    """``model(**kwargs)``: what :func:`compiled_call` compiles, a copy per model
+    (:func:`_model_forward_of_its_own`)."""
     return model(**kwargs)
 
 
