@@ -38,6 +38,7 @@ from .columns import Columns
 from .reports import Report
 from .runners import (
     Capture, DynamicRunner, EarlyExitRunner, Runner, StaticRunner, has_standard_static_layers, on_one_gpu,
+    parameters_fingerprint,
 )
 from .selection import Selector
 from .target_parts import is_early_exit_of
@@ -183,7 +184,8 @@ class StaticSession:
     """What a static call's steps touch, kept on the target between calls of one set-up: state buffers, runners, the
     captured step of each arm and the captured prefills."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, weights: tuple):
+        self.weights = weights  # parameters_fingerprint of the models it was built for
         self.buffers = Buffers(device, keep=True)
         self.runners: dict[str, StaticRunner] = {}  # "target" or "draft <source index>" -> runner
         self.graphs: dict[tuple, tuple] = {}  # (arm, keeps current) -> (CUDA graph, the step's outputs)
@@ -379,27 +381,25 @@ class StaticBackend(Backend):
 
 
 def _kept_session(target: PreTrainedModel, key: tuple, device: torch.device, models: list) -> StaticSession:
-    """The static session kept on ``target`` for ``key`` (new if none; least recently used dropped beyond
-    :data:`KEPT_SESSIONS`). All are dropped when the parameters of the target or of a draft model change (new
-    tensors, dtype or device), since a graph replays the memory it captured, and so are the models' compiled
-    forwards, which may hold frozen weights."""
-    fingerprint = parameters_fingerprint(models)
-    if target.__dict__.get("_flashspec_static_fingerprint") != fingerprint:
+    """The static session kept on ``target`` for ``key``: new if none, or if the parameters of one of ``models`` (the
+    target, then the call's draft models) changed since it was built (new tensors, dtype or device), since a graph
+    replays the memory it captured; the least recently used dropped beyond :data:`KEPT_SESSIONS`. A change of the
+    target's own parameters drops them all at once (each holds caches of the target's dtype and device). Calls
+    that alternate between pools of other draft models keep their sessions (until 2026-12-07 any other set of
+    models dropped them all, and with them every compiled forward: seconds a call)."""
+    own = parameters_fingerprint([target])
+    if target.__dict__.get("_flashspec_static_fingerprint") != own:
         clear_static_sessions(target)
-        for model in models:  # frozen compiled forwards hold the old weights as constants (runners.compiled_call)
-            model.__dict__.pop("_flashspec_compiled", None)
-        target.__dict__["_flashspec_static_fingerprint"] = fingerprint
+        target.__dict__["_flashspec_static_fingerprint"] = own
+    weights = parameters_fingerprint(models)
     sessions = target.__dict__.setdefault("_flashspec_static_sessions", {})
-    session = sessions.pop(key, None) or StaticSession(device)
+    session = sessions.pop(key, None)
+    if session is None or session.weights != weights:
+        session = StaticSession(device, weights)
     sessions[key] = session  # most recently used last
     while len(sessions) > KEPT_SESSIONS:
         sessions.pop(next(iter(sessions)))
     return session
-
-
-def parameters_fingerprint(models: list[PreTrainedModel]) -> tuple:
-    """Address, dtype and device of every parameter of ``models``: equal only while their weights stay put."""
-    return tuple((p.data_ptr(), p.dtype, p.device) for model in models for p in model.parameters())
 
 
 def clear_static_sessions(model: PreTrainedModel) -> None:

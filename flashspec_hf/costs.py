@@ -39,7 +39,7 @@ from .columns import Columns
 from . import backends
 from .cpu_products import rerouting
 from .drafts import DraftSource, LookupOrDraft, ModelDrafts
-from .runners import NO_LOGITS, Runner
+from .runners import NO_LOGITS, Runner, parameters_fingerprint
 from .streams import fork
 
 WARM_UPS = 2
@@ -75,7 +75,7 @@ def arm_costs(
     mixed = {s: sources.index(source.model) for s, source in enumerate(sources) if isinstance(source, LookupOrDraft)}
     models = [target.model, *(runner.model for runner in drafts.values())]
     key = (backend, columns.tokens.shape[0], str(columns.tokens.device), tuple(type(s).__name__ for s in sources),
-           tuple(arms), backends.parameters_fingerprint(models), rerouting(), side_stream is not None, evidence,
+           tuple(arms), parameters_fingerprint(models), rerouting(), side_stream is not None, evidence,
            graphed, backends.KEEP_CURRENT_EVERY)
     kept = target.model.__dict__.setdefault("_flashspec_arm_costs", {})
     if key not in kept:

@@ -458,7 +458,8 @@ RECOMPILE_LIMIT = 64
 
 
 def compiled_call(model: PreTrainedModel, options: dict) -> Callable:
-    """``torch.compile`` of ``model``'s forward, kept on the model per options, without inductor's own CUDA graphs
+    """``torch.compile`` of ``model``'s forward, kept on the model per options while its parameters stay put
+    (:func:`parameters_fingerprint`), without inductor's own CUDA graphs
     (``mode="max-autotune-no-cudagraphs"`` if the options asked for autotuning, else the default mode), run under
     :data:`RECOMPILE_LIMIT`. It runs in a static session's eager steps and captures (replays skip dynamo's
     guards; prefills too, and every call's where the backend does not capture them), so the number of kept graphs
@@ -472,7 +473,11 @@ def compiled_call(model: PreTrainedModel, options: dict) -> Callable:
     time)."""
     options = dict(options)
     mode = "max-autotune-no-cudagraphs" if "autotune" in str(options.pop("mode", "")) else None
-    compiled = model.__dict__.setdefault("_flashspec_compiled", {})
+    weights = parameters_fingerprint([model])
+    kept_for, compiled = model.__dict__.get("_flashspec_compiled", (weights, {}))
+    if kept_for != weights:  # a frozen graph holds the old weights as constants
+        compiled = {}
+    model.__dict__["_flashspec_compiled"] = weights, compiled
     key = repr((mode, sorted(options.items())))
     if key not in compiled:
         forward = torch.compile(_model_forward_of_its_own(), mode=mode, **options)
@@ -484,6 +489,11 @@ def compiled_call(model: PreTrainedModel, options: dict) -> Callable:
 
         compiled[key] = call
     return compiled[key]
+
+
+def parameters_fingerprint(models: list[PreTrainedModel]) -> tuple:
+    """Address, dtype and device of every parameter of ``models``: equal only while their weights stay put."""
+    return tuple((p.data_ptr(), p.dtype, p.device) for model in models for p in model.parameters())
 
 
 def _freezing(on: bool) -> contextlib.AbstractContextManager:

@@ -167,35 +167,56 @@ def test_kept_runners_follow_changed_weights_and_dtype(assistants):
 
 
 def test_static_sessions_are_kept_per_set_up_and_dropped_when_parameters_change(assistants):
-    """A static call reuses the session (state buffers, caches, captured steps) kept on the target for its set-up;
-    new parameter tensors, dtype or device drop every kept session, since a graph replays the memory it captured, and
-    the models' compiled forwards (a frozen one holds the old weights as constants)."""
+    """A static call reuses the session (state buffers, caches, captured steps) kept on the target for its set-up,
+    also when calls alternate between pools of other draft models; new parameter tensors, dtype or device of a draft
+    model rebuild the sessions that use it, of the target every session, since a graph replays the memory it
+    captured."""
     from flashspec_hf.backends import KEPT_SESSIONS
 
     model = tiny_llama(layers=2, seed=4, peak=8.0)
 
     def sessions():
-        return model.__dict__["_flashspec_static_sessions"]
+        return list(model.__dict__["_flashspec_static_sessions"].values())
 
     _flash(model, assistants, PROMPTS, max_new_tokens=8, **STATIC)
-    (first,) = sessions().values()
+    (first,) = sessions()
     _flash(model, assistants, PROMPTS, max_new_tokens=8, **STATIC)
-    assert list(sessions().values()) == [first]
+    assert sessions() == [first]
     assert len(first.runners) == 1 + len(assistants), "the second call reused the first call's runners"
-    _flash(model, assistants, PROMPTS[:2], max_new_tokens=8, **STATIC)  # another batch size: another set-up
-    assert len(sessions()) == 2
-    for m in (model, assistants[0]):  # stands for compiled forwards (CUDA's; the CPU's static loop runs eagerly)
-        m.__dict__["_flashspec_compiled"] = {"options": lambda **kwargs: None}
+    _flash(model, assistants[:1], PROMPTS, max_new_tokens=8, **STATIC)  # another pool: another set-up
     _flash(model, assistants, PROMPTS, max_new_tokens=8, **STATIC)
-    assert all("_flashspec_compiled" in vars(m) for m in (model, assistants[0])), "kept while the weights stay"
+    alone, pool = sessions()[0], sessions()[1]
+    assert pool is first and len(sessions()) == 2, "alternating pools kept both sessions"
+    _flash(model, assistants, PROMPTS[:2], max_new_tokens=8, **STATIC)  # another batch size: another set-up
+    assert len(sessions()) == 3
+    with torch.no_grad():  # a new tensor in the second draft, which only the pool uses
+        assistants[1].lm_head.weight = torch.nn.Parameter(assistants[1].lm_head.weight.clone())
+    _flash(model, assistants, PROMPTS, max_new_tokens=8, **STATIC)
+    _flash(model, assistants[:1], PROMPTS, max_new_tokens=8, **STATIC)
+    assert first not in sessions() and sessions()[-1] is alone, "rebuilt only where the draft's weights changed"
     with torch.no_grad():
         model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.flip(0))
     _flash(model, assistants, PROMPTS, max_new_tokens=8, **STATIC)
-    assert len(sessions()) == 1 and first not in sessions().values()
-    assert not any("_flashspec_compiled" in vars(m) for m in (model, assistants[0]))
+    assert len(sessions()) == 1 and not {first, alone} & set(sessions())
     for gamma in range(1, KEPT_SESSIONS + 3):
         _flash(model, assistants, PROMPTS, max_new_tokens=8, num_assistant_tokens=gamma, **STATIC)
     assert len(sessions()) == KEPT_SESSIONS
+
+
+def test_compiled_forwards_are_kept_until_the_parameters_change():
+    """A model's compiled forward is kept per options while its parameters stay put, and made anew when they change
+    (a frozen graph holds the weights as constants)."""
+    from flashspec_hf.runners import compiled_call
+
+    model, other = tiny_llama(layers=1, seed=4), tiny_llama(layers=1, seed=5)
+    first = compiled_call(model, {"backend": "eager"})
+    assert compiled_call(other, {"backend": "eager"}) is not first
+    assert compiled_call(model, {"backend": "eager"}) is first
+    assert compiled_call(model, {"backend": "eager", "dynamic": False}) is not first
+    with torch.no_grad():
+        model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.clone())
+    again = compiled_call(model, {"backend": "eager"})
+    assert again is not first and compiled_call(model, {"backend": "eager"}) is again
 
 
 @pytest.mark.parametrize("cache_implementation", ["dynamic", "static"])
