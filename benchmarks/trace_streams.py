@@ -9,20 +9,38 @@ graph captures of a first call). Kernels of a replayed CUDA graph may all be rep
 launched on, whatever stream they were captured on: then the per-stream split says nothing of the side stream, while
 the busy, overlap and idle figures, from the kernels' timestamps, still hold.
 
+With ``--replays``, per CUDA graph replay instead (a captured step or prefill: one ``cudaGraphLaunch``, whose
+kernels, copies and memsets carry that launch's correlation id), medians per kind of replay (its node count: a step
+with keep-current forwards has more nodes than one without), in µs: ``busy`` (the nodes' summed durations), ``span``
+(first node's start to last node's end), ``gaps`` (``span - busy``: the GPU idle between nodes inside the graph,
+negative where a side stream overlaps them), ``before`` (GPU idle between the previous replay's end and this one's
+start) and ``launch`` (the host's ``cudaGraphLaunch`` call). Added on 2026-12-07 to take apart prompt lookup's step
+inside the default's pool (results/h100_2026-12-07d_split).
+
     python -m benchmarks.trace_streams TRACE.json.gz [...] --steps 29
+    python -m benchmarks.trace_streams TRACE.json.gz [...] --replays
 """
 
 import argparse
+import collections
 import gzip
 import json
+import statistics
+
+NODES = ("kernel", "gpu_memcpy", "gpu_memset")
+"""Trace categories of the GPU work a graph replay runs."""
+
+
+def events(path: str) -> list[dict]:
+    """The trace's events."""
+    with gzip.open(path, "rt") if path.endswith(".gz") else open(path) as f:
+        trace = json.load(f)
+    return trace["traceEvents"] if isinstance(trace, dict) else trace
 
 
 def kernels(path: str) -> list[dict]:
     """The trace's device kernels (``cat`` "kernel"): each with ``ts``, ``dur`` (µs) and ``tid`` (its stream)."""
-    with gzip.open(path, "rt") if path.endswith(".gz") else open(path) as f:
-        trace = json.load(f)
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    return [e for e in events if e.get("cat") == "kernel" and "dur" in e]
+    return [e for e in events(path) if e.get("cat") == "kernel" and "dur" in e]
 
 
 def busy(intervals: list[tuple[float, float]]) -> float:
@@ -55,11 +73,57 @@ def summary(path: str, steps: int) -> str:
     return "\n".join(lines)
 
 
+def replays(path: str) -> list[dict]:
+    """One dict per graph replay in the trace, in launch order: node counts per category and the times of the
+    module docstring (µs)."""
+    trace = events(path)
+    launches = {e["args"]["correlation"]: e for e in trace
+                if e.get("cat") == "cuda_runtime" and e["name"] == "cudaGraphLaunch"}
+    nodes = collections.defaultdict(list)  # correlation -> its nodes
+    for e in trace:
+        if e.get("cat") in NODES and e["args"].get("correlation") in launches:
+            nodes[e["args"]["correlation"]].append(e)
+    out, previous_end = [], None
+    for corr in sorted(nodes, key=lambda c: launches[c]["ts"]):
+        part = sorted(nodes[corr], key=lambda e: e["ts"])
+        start, end = part[0]["ts"], max(e["ts"] + e["dur"] for e in part)
+        work = sum(e["dur"] for e in part)
+        counts = collections.Counter(e["cat"] for e in part)
+        out.append(dict(nodes=len(part), kernels=counts["kernel"], copies=counts["gpu_memcpy"],
+                        memsets=counts["gpu_memset"], busy=work, span=end - start, gaps=end - start - work,
+                        before=None if previous_end is None else start - previous_end,
+                        launch=launches[corr]["dur"]))
+        previous_end = end
+    return out
+
+
+def replay_summary(path: str) -> str:
+    """The medians per kind of replay (node count), most frequent first."""
+    kinds = collections.defaultdict(list)
+    for r in replays(path):
+        kinds[r["nodes"]].append(r)
+    header = (f"  {'nodes':>6} {'n':>4} {'kernels':>8} {'copies':>7} {'memsets':>8} "
+              f"{'busy':>8} {'span':>8} {'gaps':>7} {'before':>7} {'launch':>7}")
+    lines = [path, header]
+    for n, rs in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
+        med = {k: statistics.median(r[k] for r in rs if r[k] is not None) if any(r[k] is not None for r in rs)
+               else float("nan") for k in ("busy", "span", "gaps", "before", "launch")}
+        lines.append(f"  {n:6d} {len(rs):4d} {rs[0]['kernels']:8d} {rs[0]['copies']:7d} {rs[0]['memsets']:8d} "
+                     + " ".join(f"{med[k]:{w}.1f}" for k, w in
+                                (("busy", 8), ("span", 8), ("gaps", 7), ("before", 7), ("launch", 7))))
+    return "\n".join(lines)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("traces", nargs="+")
-    p.add_argument("--steps", type=int, nargs="+", required=True, help="each trace's step count (one, or one each)")
+    p.add_argument("--steps", type=int, nargs="+", help="each trace's step count (one, or one each)")
+    p.add_argument("--replays", action="store_true", help="per CUDA graph replay instead of per stream")
     args = p.parse_args()
+    if args.replays:
+        return print("\n".join(replay_summary(path) for path in args.traces))
+    if not args.steps:
+        p.error("--steps is required unless --replays")
     steps = args.steps * len(args.traces) if len(args.steps) == 1 else args.steps
     for path, n in zip(args.traces, steps, strict=True):
         print(summary(path, n))
