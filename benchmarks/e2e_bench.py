@@ -124,12 +124,17 @@ def parse_args():
                    help="after the whole grid, one more call per cell under torch.profiler, appended to "
                         "OUT/NAME_profile.txt (its trace: OUT/NAME_profile_ENGINE_bB.json.gz); after the grid, since "
                         "graphs captured after a profiled call ran slower (results/h100_2026-12-07d_split)")
+    p.add_argument("--sdpa-off", default="", help="comma-separated SDPA backends to switch off for the whole run "
+                   "(cudnn, flash, mem_efficient, math: torch.backends.cuda.enable_<name>_sdp(False)); on the H100 on "
+                   "2026-12-07 each layer's cuDNN attention followed a memset by about 6 µs inside the step's graph")
     if p.parse_args().quick:  # quick defaults; explicit arguments still win
         p.set_defaults(batches="1,2", repeats=1, max_new_tokens=16, prompt_len=16, depths="1,2,3", epsilon=0.3)
     args = p.parse_args()
     unknown = set(args.engines.split(",")) - {"stock", *STATIC, "assisted", "pld", *FLASHSPEC}
     if unknown:
         p.error(f"unknown engines {sorted(unknown)}")
+    if set(filter(None, args.sdpa_off.split(","))) - {"cudnn", "flash", "mem_efficient", "math"}:
+        p.error(f"--sdpa-off takes cudnn, flash, mem_efficient and math, not {args.sdpa_off!r}")
     if args.target in ("tinyllama", "smollm2-shape") and (args.draft_dirs or args.early_exit_depths):
         p.error("--draft-dirs and --early-exit-depths are for a real target (--target smollm2 or a preset)")
     args.batch_list = [int(b) for b in args.batches.split(",")]
@@ -427,6 +432,8 @@ def main():
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     start = time.perf_counter()
     args.target = "smollm2-135m" if args.target == "smollm2" else args.target
+    for name in filter(None, args.sdpa_off.split(",")):
+        getattr(torch.backends.cuda, f"enable_{name}_sdp")(False)
     build = build_tinyllama if args.target in ("tinyllama", "smollm2-shape") else build_preset
     model, assistants, prompts = build(args, device, getattr(torch, args.dtype))
     acceptance = {"tinyllama": f"synthetic (eps={args.epsilon})", "smollm2-shape": "near 0 (random target)"}.get(
@@ -440,7 +447,8 @@ def main():
            f"target: {base['target']} {base['weights']} {args.dtype}; acceptance: {acceptance}",
            f"assistants: {[a.config.name_or_path for a in assistants]}, fixed arm {args.fixed_arm}",
            f"greedy, gamma={args.gamma}, EOS off, prompt_len={args.prompt_len}, max_new_tokens={args.max_new_tokens}",
-           f"target placement: {getattr(model, 'hf_device_map', None) or device}"]
+           f"target placement: {getattr(model, 'hf_device_map', None) or device}",
+           f"SDPA backends switched off: {args.sdpa_off or 'none'}"]
     (out_dir / f"{args.name}.env.txt").write_text("\n".join(env) + "\n")
     rows, profiles = [], []  # profiles: (engine, ids, mask) of the cells to profile once every cell is timed
     if args.profile:  # the profiled calls are warm: every cell's session is still kept

@@ -23,7 +23,9 @@
 #      evidence, keeping the others current every third step and (*_k1) every step (e2e_split_draft); each arm alone
 #      and pinned inside the pool in both orders, one process per order (*_pool_first), prompt lookup's profiled and
 #      taken apart per graph replay (trace_replays.txt: trace_streams --replays; on the H100 on 2026-12-07 the first
-#      engine of a process ran its graphs with 0.10 µs between nodes, every later one, pooled or alone, 0.45 µs)
+#      engine of a process ran its graphs with 0.10 µs between nodes, every later one, pooled or alone, 0.45 µs);
+#      stock static and lookup alone with and without cuDNN attention (e2e_split_lookup_[no_]cudnn: each layer's cuDNN
+#      attention followed a memset by about 6 µs, some 0.15 ms of a 1.5 ms step)
 #   7. benchmarks/kernel_tune on KERNEL_TUNE_CASES (batch:vocab pairs), when set
 # STAGES (default "kernel tests qwen smollm2 domains tiny") picks and orders them (SmolLM2's grid and domain_bench are
 # `smollm2` and `domains`). Each stage logs to /tmp/gs/<stage>.log, skipped stages to /tmp/gs/pipeline.log;
@@ -90,6 +92,10 @@ split() {
       --engines fixed,pool_fixed
     e2e --target smollm2-shape --batches 1 --fixed-arm -1 --repeats 3 --name e2e_split_lookup_pool_first --profile \
       --engines pool_fixed,fixed
+    e2e --target smollm2-shape --batches 1 --fixed-arm -1 --repeats 3 --name e2e_split_lookup_cudnn \
+      --engines static,fixed
+    e2e --target smollm2-shape --batches 1 --fixed-arm -1 --repeats 3 --name e2e_split_lookup_no_cudnn \
+      --engines static,fixed --sdpa-off cudnn
     python3 -m benchmarks.trace_streams --replays /tmp/gs/e2e_split_lookup*_profile_*.json.gz >/tmp/gs/trace_replays.txt
   } >/tmp/gs/split.log 2>&1
 }
