@@ -386,12 +386,14 @@ def _kept_session(target: PreTrainedModel, key: tuple, device: torch.device, mod
     replays the memory it captured; the least recently used dropped beyond :data:`KEPT_SESSIONS`. A change of the
     target's own parameters drops them all at once (each holds caches of the target's dtype and device). Calls
     that alternate between pools of other draft models keep their sessions (until 2026-12-07 any other set of
-    models dropped them all, and with them every compiled forward: seconds a call)."""
+    models dropped them all, and with them every compiled forward: seconds a call). A kept session holds its draft
+    models (its runners): a draft the user deletes stays in memory until the session is dropped
+    (:func:`clear_static_sessions`)."""
     own = parameters_fingerprint([target])
     if target.__dict__.get("_flashspec_static_fingerprint") != own:
         clear_static_sessions(target)
         target.__dict__["_flashspec_static_fingerprint"] = own
-    weights = parameters_fingerprint(models)
+    weights = own + parameters_fingerprint(models[1:])
     sessions = target.__dict__.setdefault("_flashspec_static_sessions", {})
     session = sessions.pop(key, None)
     if session is None or session.weights != weights:
@@ -403,6 +405,8 @@ def _kept_session(target: PreTrainedModel, key: tuple, device: torch.device, mod
 
 
 def clear_static_sessions(model: PreTrainedModel) -> None:
-    """Free the static state, caches and CUDA graphs flashspec keeps on ``model`` (rebuilt when needed)."""
+    """Free the static state, caches and CUDA graphs flashspec keeps on ``model`` (rebuilt when needed), and the
+    draft models its sessions hold. The compiled forwards stay on each model
+    (:func:`~flashspec_hf.runners.compiled_call`; a frozen one holds a copy of the model's weights)."""
     model.__dict__.pop("_flashspec_static_sessions", None)
     model.__dict__.pop("_flashspec_static_fingerprint", None)

@@ -470,7 +470,8 @@ def compiled_call(model: PreTrainedModel, options: dict) -> Callable:
     of flashspec's models let a draft's values make the target's graphs symbolic. With
     ``options={"freezing": True}`` (``CompileConfig(options=...)``) the weights are frozen into the graphs, which lets
     inductor concatenate the GEMMs that read one input (q/k/v, gate/up; the graphs then hold those weights a second
-    time)."""
+    time, and weights loaded in place later, by ``load_state_dict``, do not reach them: delete
+    ``model._flashspec_compiled``)."""
     options = dict(options)
     mode = "max-autotune-no-cudagraphs" if "autotune" in str(options.pop("mode", "")) else None
     weights = parameters_fingerprint([model])
@@ -492,8 +493,11 @@ def compiled_call(model: PreTrainedModel, options: dict) -> Callable:
 
 
 def parameters_fingerprint(models: list[PreTrainedModel]) -> tuple:
-    """Address, dtype and device of every parameter of ``models``: equal only while their weights stay put."""
-    return tuple((p.data_ptr(), p.dtype, p.device) for model in models for p in model.parameters())
+    """Address, dtype and device of every parameter and buffer (e.g. rotary frequencies) of ``models``: equal only
+    while their tensors stay put. Values written in place (``load_state_dict``) keep it: graphs and compiled
+    forwards then read the new values, except frozen ones (:func:`compiled_call`)."""
+    return tuple((t.data_ptr(), t.dtype, t.device) for model in models
+                 for t in itertools.chain(model.parameters(), model.buffers()))
 
 
 def _freezing(on: bool) -> contextlib.AbstractContextManager:

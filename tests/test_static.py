@@ -204,8 +204,8 @@ def test_static_sessions_are_kept_per_set_up_and_dropped_when_parameters_change(
 
 
 def test_compiled_forwards_are_kept_until_the_parameters_change():
-    """A model's compiled forward is kept per options while its parameters stay put, and made anew when they change
-    (a frozen graph holds the weights as constants)."""
+    """A model's compiled forward is kept per options while its parameters and buffers stay put, and made anew when
+    they change (a frozen graph holds the weights as constants)."""
     from flashspec_hf.runners import compiled_call
 
     model, other = tiny_llama(layers=1, seed=4), tiny_llama(layers=1, seed=5)
@@ -217,6 +217,9 @@ def test_compiled_forwards_are_kept_until_the_parameters_change():
         model.lm_head.weight = torch.nn.Parameter(model.lm_head.weight.clone())
     again = compiled_call(model, {"backend": "eager"})
     assert again is not first and compiled_call(model, {"backend": "eager"}) is again
+    rotary = model.model.rotary_emb
+    rotary.inv_freq = rotary.inv_freq.clone()  # a new buffer: graphs would read the old one's memory
+    assert compiled_call(model, {"backend": "eager"}) is not again
 
 
 @pytest.mark.parametrize("cache_implementation", ["dynamic", "static"])
