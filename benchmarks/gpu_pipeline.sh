@@ -59,7 +59,7 @@ qwen() {
 smollm2_ready() {  # SmolLM2's GGUF joined from its pieces (split -b 49M -d -a 1 THE.gguf .carry/gguf/s), its drafts
   local gguf=/tmp/gguf/SmolLM2-135M-Instruct.Q4_1.gguf
   [ -f "$gguf" ] && return 0
-  wait_for /tmp/gguf/s0 60 && wait_for /tmp/gguf/s1 120 && wait_for /tmp/drafts/smollm2-general 120 || return 1
+  wait_for /tmp/gguf/s0 60 && wait_for /tmp/gguf/s1 120 && wait_for /tmp/stash.done 120 || return 1
   cat /tmp/gguf/s0 /tmp/gguf/s1 >"$gguf.partial" && mv "$gguf.partial" "$gguf" && cp -r /tmp/drafts/smollm2-* flashspec_hf/assistants/
 }
 smollm2() {

@@ -5,7 +5,10 @@
 #   piece NN   copy the GGUF piece .carry/gguf/NN to /tmp/gguf; the first call also starts tests/test_gpu.py and
 #              kernel_quick in the background (benchmarks/gpu_session.sh -> /tmp/gs; $BG names another script, e.g.
 #              benchmarks/gpu_pipeline.sh, which runs the whole session's GPU work)
-#   stash      copy the carried .carry/ and flashspec_hf/assistants/ (drafts) to /tmp/carry and /tmp/drafts
+#   start      start that background script now (BG; its settings, e.g. STAGES, from the environment)
+#   stop       stop it and the benchmarks and tests it started (then `start` another)
+#   stash      copy the carried .carry/ and flashspec_hf/assistants/ (drafts) to /tmp/carry and /tmp/drafts, then
+#              touch /tmp/stash.done
 #   convert    join the pieces, stash, and convert the GGUF (bf16) in the background; /tmp/convert.done once
 #              converted and the corpus is stashed (it may come in a later stash call, within 10 minutes)
 #   poll S     wait up to S (30) seconds for the background pipeline (/tmp/gs/done); pack /tmp/gs into one file,
@@ -21,13 +24,21 @@ export PYTHONUNBUFFERED=1
 step=$1
 case $step in
 piece)
-  mkdir -p /tmp/gguf && cp ".carry/gguf/$2" /tmp/gguf/ && ls /tmp/gguf | wc -l
-  if [ ! -d /tmp/gs ]; then  # from a copy of the tree (later calls replace it), made before the call returns
-    mkdir -p /tmp/gs && rm -rf /tmp/gstree && cp -r . /tmp/gstree && cd /tmp/gstree \
-      && { OUT=/tmp/gs setsid nohup bash "${BG:-benchmarks/gpu_session.sh}" >/tmp/gs/bg.log 2>&1 & }
-  fi ;;
+  # copied under another name, then renamed: a background job waiting for the piece never reads half of it
+  mkdir -p /tmp/gguf && cp ".carry/gguf/$2" "/tmp/gguf/.$2.partial" && mv "/tmp/gguf/.$2.partial" "/tmp/gguf/$2" \
+    && ls /tmp/gguf | wc -l
+  [ -d /tmp/gs ] || bash "$0" start ;;
+start)
+  # from a copy of the tree (later calls replace it), made before the call returns
+  mkdir -p /tmp/gs && rm -f /tmp/gs/done && rm -rf /tmp/gstree && cp -r . /tmp/gstree && cd /tmp/gstree \
+    && { OUT=/tmp/gs setsid nohup bash "${BG:-benchmarks/gpu_session.sh}" >>/tmp/gs/bg.log 2>&1 & } ;;
+stop)
+  # the patterns match the background jobs, not this command's own line (which names neither)
+  pkill -f "gpu_pipelin[e]|gpu_sessio[n]"; pkill -f "python3 -m benchmark[s]\.|pytest -q -p no:cacheprovide[r]"
+  sleep 2; ps aux | grep -c "[b]enchmarks\." ;;
 stash)
-  mkdir -p /tmp/carry /tmp/drafts && cp -r .carry/. /tmp/carry/ && cp -r flashspec_hf/assistants/. /tmp/drafts/
+  mkdir -p /tmp/carry /tmp/drafts && cp -r .carry/. /tmp/carry/ && cp -r flashspec_hf/assistants/. /tmp/drafts/ \
+    && touch /tmp/stash.done  # what a background job waits for: the copies are whole
   ls /tmp/carry /tmp/drafts ;;
 convert)
   . draft_release/gpu_qwen_env.sh
