@@ -19,13 +19,14 @@
 #      inductor freezing) at B = 1 (TINY_ARGS, e.g.
 #      --profile); static and default at TINY_BATCHES (64; set empty to skip)
 #   6. split: the default's step taken apart without SmolLM2's GGUF (e2e_bench --target smollm2-shape: a random
-#      target of its shape, its bundled drafts), B = 1: a draft arm alone, pinned inside the pool and pinned with side
-#      evidence, keeping the others current every third step and (*_k1) every step (e2e_split_draft); each arm alone
-#      and pinned inside the pool in both orders, one process per order (*_pool_first), prompt lookup's profiled and
-#      taken apart per graph replay (trace_replays.txt: trace_streams --replays; on the H100 on 2026-12-07 the first
-#      engine of a process ran its graphs with 0.10 µs between nodes, every later one, pooled or alone, 0.45 µs);
-#      stock static and lookup alone with and without cuDNN attention (e2e_split_lookup_[no_]cudnn: each layer's cuDNN
-#      attention followed a memset by about 6 µs, some 0.15 ms of a 1.5 ms step)
+#      target of its shape, its bundled drafts), B = 1: prompt lookup alone and pinned inside the pool in both
+#      orders, one process per order (e2e_split_lookup*), profiled after the timing and taken apart per graph replay
+#      (trace_replays.txt: trace_streams --replays; on the H100 on 2026-12-07, with each cell profiled right after
+#      its timing, the first engine ran its graphs with 0.10 µs between nodes and every later one, pooled or alone,
+#      0.45 µs); stock static and lookup alone with and without cuDNN attention (e2e_split_lookup_[no_]cudnn: each
+#      layer's cuDNN attention followed a memset by about 6 µs, some 0.15 ms of a 1.5 ms step); with SPLIT_DRAFT
+#      set, a draft arm alone, pinned and pinned with side evidence, keeping the others current every third step
+#      and (*_k1) every step (e2e_split_draft)
 #   7. benchmarks/kernel_tune on KERNEL_TUNE_CASES (batch:vocab pairs), when set
 # STAGES (default "kernel tests qwen smollm2 domains tiny") picks and orders them (SmolLM2's grid and domain_bench are
 # `smollm2` and `domains`). Each stage logs to /tmp/gs/<stage>.log, skipped stages to /tmp/gs/pipeline.log;
@@ -84,19 +85,17 @@ tiny() {
   e2e --batches "${TINY_BATCHES:-64}" --engines static,default --repeats 2 --name e2e_tiny >/tmp/gs/e2e_tiny.log 2>&1
 }
 split() {
-  { e2e --target smollm2-shape --batches 1 --fixed-arm 0 --repeats 3 --name e2e_split_draft \
-      --engines fixed,pool_fixed,pool_fixed_k1,pool_evidence,pool_evidence_k1
-    e2e --target smollm2-shape --batches 1 --fixed-arm 0 --repeats 3 --name e2e_split_draft_pool_first \
-      --engines pool_fixed,fixed
-    e2e --target smollm2-shape --batches 1 --fixed-arm -1 --repeats 3 --name e2e_split_lookup --profile \
+  { e2e --target smollm2-shape --batches 1 --fixed-arm -1 --repeats 3 --name e2e_split_lookup --profile \
       --engines fixed,pool_fixed
     e2e --target smollm2-shape --batches 1 --fixed-arm -1 --repeats 3 --name e2e_split_lookup_pool_first --profile \
       --engines pool_fixed,fixed
+    python3 -m benchmarks.trace_streams --replays /tmp/gs/e2e_split_lookup*_profile_*.json.gz >/tmp/gs/trace_replays.txt
     e2e --target smollm2-shape --batches 1 --fixed-arm -1 --repeats 3 --name e2e_split_lookup_cudnn \
       --engines static,fixed
     e2e --target smollm2-shape --batches 1 --fixed-arm -1 --repeats 3 --name e2e_split_lookup_no_cudnn \
       --engines static,fixed --sdpa-off cudnn
-    python3 -m benchmarks.trace_streams --replays /tmp/gs/e2e_split_lookup*_profile_*.json.gz >/tmp/gs/trace_replays.txt
+    [ -n "${SPLIT_DRAFT:-}" ] && e2e --target smollm2-shape --batches 1 --fixed-arm 0 --repeats 3 \
+      --name e2e_split_draft --engines fixed,pool_fixed,pool_fixed_k1,pool_evidence,pool_evidence_k1
   } >/tmp/gs/split.log 2>&1
 }
 for stage in ${STAGES:-kernel tests qwen smollm2 domains tiny}; do
