@@ -269,6 +269,36 @@ def test_first_calls_capture_every_arm_then_switches_only_replay():
     assert {arm for arm, _ in session.graphs} == {1}
 
 
+def test_calls_alternating_between_pools_keep_their_sessions_and_compiled_forwards():
+    """Calls that alternate between pools of other draft models (a draft alone, the whole pool) keep both sessions
+    and every model's compiled forwards: once each has run, a call captures and compiles nothing (on the H100 on
+    2026-12-07, before 56955ff, every such call dropped them all and recompiled, about 10 s a call)."""
+    from torch._dynamo.utils import counters
+
+    from flashspec_hf import FixedArm, PromptLookup
+
+    target, drafts = _static_models()
+    rows = [[5, 17, 33, 8, 90, 41, 7], [12, 60]]
+    ids, mask = left_padded(rows)
+    pools = {"alone": ([drafts[1]], 0), "pool": ([*drafts, PromptLookup()], 1)}  # the copy of the first layer
+
+    def call(name: str) -> None:
+        models, arm = pools[name]
+        out = target.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=16, do_sample=False,
+                              flashspec=True, assistant_models=models, selector=FixedArm(arm),
+                              cache_implementation="static")
+        assert_rows_equal_stock(target, rows, out[:, ids.shape[1]:], 16)
+
+    for name in ("alone", "pool", "alone", "pool"):  # each set-up's first calls compile and capture
+        call(name)
+    graphs = counters["stats"]["unique_graphs"]
+    for name in ("alone", "pool", "alone"):
+        call(name)
+        assert target.flashspec_stats.warmup_seconds == 0, f"{name}: the call captured nothing"
+    assert counters["stats"]["unique_graphs"] == graphs, "and compiled nothing"
+    assert len(target.__dict__["_flashspec_static_sessions"]) == 2
+
+
 @pytest.mark.parametrize("do_sample", [False, True])
 def test_static_steps_do_not_sync(monkeypatch, do_sample):
     """Every step of the static loop is enqueued with no device-to-host synchronisation (CUDA graphs replayed), prompt
