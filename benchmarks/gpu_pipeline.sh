@@ -27,7 +27,10 @@
 #      layer's cuDNN attention followed a memset by about 6 µs, some 0.15 ms of a 1.5 ms step); with SPLIT_DRAFT
 #      set, a draft arm alone, pinned and pinned with side evidence, keeping the others current every third step
 #      and (*_k1) every step (e2e_split_draft)
-#   7. benchmarks/kernel_tune on KERNEL_TUNE_CASES (batch:vocab pairs), when set
+#   7. heldout: flashspec-demo's settings (fp32, greedy, 48 new tokens, one default selector) on the prompts of
+#      domains no draft saw (docs prose, stdlib code, raw text), twice: the speed issue's "never slower than plain"
+#      on the GPU (heldout_<run>.json)
+#   8. benchmarks/kernel_tune on KERNEL_TUNE_CASES (batch:vocab pairs), when set
 # STAGES (default "kernel tests qwen smollm2 domains tiny") picks and orders them (SmolLM2's grid and domain_bench are
 # `smollm2` and `domains`). Each stage logs to /tmp/gs/<stage>.log, skipped stages to /tmp/gs/pipeline.log;
 # /tmp/gs/done marks the end.
@@ -77,6 +80,15 @@ domains() {
   ( . benchmarks/gpu_smollm2_env.sh
     python3 -m benchmarks.domain_bench --corpus .carry/c/corpus.json.gz --out /tmp/gs ${DOMAIN_ARGS:---num-prompts 6}
   ) >/tmp/gs/domain_bench.log 2>&1
+}
+heldout() {  # the CPU demo's settings on domains no draft saw (docs prose, stdlib code), raw text: default vs plain
+  smollm2_ready || return
+  ( . benchmarks/gpu_smollm2_env.sh
+    for run in 1 2; do
+      python3 -m flashspec_hf.demo --prompts benchmarks/results/demo_cpu_2026-12-01/heldout_prompts.jsonl \
+        --raw-prompts --num-prompts "${HELDOUT_PROMPTS:-3}" --json >"/tmp/gs/heldout_$run.json"
+    done
+  ) >/tmp/gs/heldout.log 2>&1
 }
 tiny() {
   e2e --batches 1 --engines "${TINY_ENGINES:-static,fixed,default}" --repeats 3 --name e2e_tiny_b1 ${TINY_ARGS:-} \
