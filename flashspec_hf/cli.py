@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -106,7 +107,7 @@ def add_run_args(p: argparse.ArgumentParser, num_prompts: int | None) -> None:
                         "are either way")
     p.add_argument("--max-new-tokens", type=positive_int, default=48, help="new tokens per prompt (default 48)")
     p.add_argument("--do-sample", action="store_true", help="sample instead of greedy decoding")
-    p.add_argument("--temperature", type=positive_float, default=0.7, help="with --do-sample (default 0.7)")
+    p.add_argument("--temperature", type=positive_float, help="with --do-sample (default 0.7)")
     p.add_argument("--gamma", type=positive_int, default=4,
                    help="draft tokens per step, num_assistant_tokens (default 4)")
     p.add_argument("--selector", default="cost_aware_discounted_thompson", choices=sorted(SELECTORS),
@@ -128,6 +129,30 @@ def add_run_args(p: argparse.ArgumentParser, num_prompts: int | None) -> None:
                    help=f"target: a preset ({', '.join(PRESETS)}; default {DEFAULT_TARGET}), a hub name or a folder")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+
+
+def add_file_args(p: argparse.ArgumentParser, files: str) -> None:
+    """The options of prompt files that ``flashspec-demo`` and ``flashspec-eval`` share (``files``: the option that
+    names the files, for the help)."""
+    p.add_argument("--format", choices=["json", "csv", "parquet"], help=f"of {files} (default: from extension)")
+    p.add_argument("--prompt-column", default="prompt", help="column with the prompts (default prompt)")
+    p.add_argument("--category-column",
+                   help="column with each prompt's category (default: domain, else category, else one category all)")
+
+
+def check_run_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Stop on :func:`add_run_args` options that would be ignored or fail after the model loads (one line, through
+    ``p.error``); set ``--temperature``'s default."""
+    if args.temperature is not None and not args.do_sample:
+        p.error("--temperature goes with --do-sample (greedy decoding has no temperature)")
+    args.temperature = 0.7 if args.temperature is None else args.temperature
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        p.error(f"--device {args.device}: this torch has no CUDA device (torch.cuda.is_available() is False); "
+                "leave --device out to run on the CPU")
+    path = os.path.expanduser(args.model)
+    if args.model.startswith(("/", ".", "~")) and not os.path.isdir(path):
+        p.error(f"--model {args.model}: no such folder; give a folder with a model, a hub name or a preset "
+                f"({', '.join(PRESETS)})")
 
 
 def check_builtin_num_prompts(num_prompts: int) -> None:
@@ -192,12 +217,15 @@ def choose_assistants(model: str, kind: str, depths: tuple[int, ...] | None) -> 
     None is the preset's :attr:`~flashspec_hf.models.Preset.early_exit_depths` (2,4,8 for other models).
 
     Raises:
-        ValueError: ``"distilled"`` for a model without bundled drafts.
+        ValueError: ``"distilled"`` for a model without bundled drafts; ``depths`` where the drafts are distilled.
     """
     preset = PRESETS.get(model)
     bundled = preset.bundled if preset else ()
     if kind == "distilled" and not bundled:
         raise ValueError(f"no distilled drafts are bundled for {model}: use --assistants early-exit (or auto)")
     if kind == "distilled" or (kind == "auto" and bundled):
+        if depths:
+            raise ValueError(f"--depths sets early-exit drafts, but {model} runs its distilled drafts here: add "
+                             "--assistants early-exit, or leave --depths out")
         return "distilled", bundled
     return "early-exit", depths or (preset.early_exit_depths if preset else (2, 4, 8))

@@ -22,7 +22,9 @@ import flashspec_hf  # noqa: F401  (installs the generate flag)
 
 from .cli import (
     Parser,
+    add_file_args,
     add_run_args,
+    check_run_args,
     check_builtin_num_prompts,
     load_models,
     run_selector,
@@ -42,9 +44,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prompts", metavar="FILE",
                    help="prompts from a json / jsonl / csv / parquet file: a 'prompt' column and an optional 'domain' "
                         "(or 'category') column (default: the built-in chat and code prompts)")
+    add_file_args(p, "--prompts")
     add_run_args(p, num_prompts=3)
     p.add_argument("--json", action="store_true", help="print machine-readable results on stdout")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    check_run_args(p, args)
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -52,7 +57,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     with user_errors(PROG):  # everything that needs no model, before any loads
         if args.prompts:
-            prompts = prepare_prompts(load_prompt_files(args.prompts), num_prompts=args.num_prompts)
+            prompts = prepare_prompts(load_prompt_files(args.prompts, args.format), args.prompt_column,
+                                      args.category_column, args.num_prompts)
         else:
             check_builtin_num_prompts(args.num_prompts)
     with user_errors(PROG):

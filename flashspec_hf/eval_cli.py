@@ -16,7 +16,9 @@ import sys
 
 from .cli import (
     Parser,
+    add_file_args,
     add_run_args,
+    check_run_args,
     check_builtin_num_prompts,
     load_models,
     run_selector,
@@ -37,16 +39,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prompts-from", choices=["builtin", "files"],
                    help="builtin: chitchat + HumanEval prompts (default without --data-files); files: --data-files")
     p.add_argument("--data-files", nargs="+", metavar="FILE", help="local json / jsonl / csv / parquet files")
-    p.add_argument("--format", choices=["json", "csv", "parquet"], help="of --data-files (default: from extension)")
+    add_file_args(p, "--data-files")
     p.add_argument("--split", default="train", help="load_dataset split of --data-files (default train)")
-    p.add_argument("--prompt-column", default="prompt", help="column with the prompts (default prompt)")
-    p.add_argument("--category-column",
-                   help="column with each prompt's category (default: domain, else category, else one category all)")
     add_run_args(p, num_prompts=None)
     p.add_argument("--seed", type=int, default=0, help="torch.manual_seed before the first prompt (default 0)")
     p.add_argument("--output-dir", default="flashspec-eval", help="where the files go (default ./flashspec-eval)")
     p.add_argument("--no-plot", action="store_true", help="skip plot.png (no matplotlib needed)")
     args = p.parse_args(argv)
+    check_run_args(p, args)
     if args.prompts_from is None:
         args.prompts_from = "files" if args.data_files else "builtin"
     if args.prompts_from == "files" and not args.data_files:

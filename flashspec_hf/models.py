@@ -165,6 +165,8 @@ def distilled_assistants(target: PreTrainedModel, names: tuple[str, ...] | None 
     """The bundled distilled drafts, sharing the target's embeddings and the target's head rows for about 8,200
     tokens (the 8,192 most frequent plus the special ones). Own weights: 8.9 MB each for SmolLM2-135M-Instruct's
     three (:data:`BUNDLED_ASSISTANTS`), 29 MB for Qwen2.5-Coder-1.5B-Instruct's (:data:`QWEN_CODER_ASSISTANTS`).
+    They are built in the target's dtype and on its device; since they share its modules, convert or move the target
+    and load them after it (``draft.to(...)`` would convert the shared modules of the target too).
 
     Args:
         target: the model the drafts were distilled for.

@@ -48,6 +48,11 @@ def _refused(cli: str, argv: list[str], monkeypatch, capsys) -> str:
         (["--assistants", "early-exit", "--depths", "2,x"], r"argument --depths: give layer counts .* got '2,x'"),
         (["--selector", "best"], r"argument --selector: invalid choice: 'best'"),
         (["--num-prompts", "500"], r"--num-prompts 500: the built-in prompts have 164 per domain; ask for at most"),
+        (["--temperature", "0.5"], r"--temperature goes with --do-sample"),
+        (["--model", "./no-such-folder"], r"--model ./no-such-folder: no such folder; give a folder with a model, a "
+                                          r"hub name or a preset \(smollm2-135m"),
+        pytest.param(["--device", "cuda"], r"--device cuda: this torch has no CUDA device",
+                     marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is there")),
     ],
 )
 def test_bad_options_are_refused_in_one_line_before_any_model_loads(cli, argv, match, monkeypatch, capsys):
@@ -75,6 +80,23 @@ def test_bad_prompt_files_are_refused_in_one_line_naming_the_line(cli, name, tex
         path.write_text(text)
     _, option = CLIS[cli]
     assert re.search(match, _refused(cli, [option, str(path), "--max-new-tokens", "4"], monkeypatch, capsys))
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_prompt_file_options_reach_both_clis(cli, tmp_path, monkeypatch):
+    """--format, --prompt-column and --category-column, which the file errors name, are options of both CLIs: a
+    file that needs all three passes the checks (and reaches the model loading)."""
+    path = tmp_path / "prompts.txt"
+    path.write_text('{"question": "a", "topic": "t"}\n')
+
+    def loaded(args):
+        raise RuntimeError("the input passed")
+
+    module, option = CLIS[cli]
+    monkeypatch.setattr(module, "load_models", loaded)
+    argv = [option, str(path), "--format", "json", "--prompt-column", "question", "--category-column", "topic"]
+    with pytest.raises(RuntimeError, match="the input passed"):
+        module.main([*argv, "--output-dir", str(tmp_path / "out")] if cli == "flashspec-eval" else argv)
 
 
 def test_chat_formatted_wraps_plain_prompts_only(tokenizer):
@@ -173,7 +195,8 @@ def test_choose_assistants():
     assert cli.choose_assistants(QWEN, "auto", None) == ("distilled", ("qwen-coder-code",))
     assert cli.choose_assistants(QWEN, "early-exit", None) == ("early-exit", PRESETS[QWEN].early_exit_depths)
     assert cli.choose_assistants(QWEN, "early-exit", (2, 6)) == ("early-exit", (2, 6))
-    assert cli.choose_assistants("smollm2-135m", "auto", (2, 6)) == ("distilled", PRESETS["smollm2-135m"].bundled)
+    with pytest.raises(ValueError, match="--depths sets early-exit drafts, but smollm2-135m runs its distilled"):
+        cli.choose_assistants("smollm2-135m", "auto", (2, 6))  # ignored until 2026-12-07
     assert cli.choose_assistants("smollm2-135m", "early-exit", None) == ("early-exit", (2, 4, 8))
     assert cli.choose_assistants("org/other-model", "auto", None) == ("early-exit", (2, 4, 8))
     with pytest.raises(ValueError, match="no distilled drafts are bundled for org/other-model: use --assistants early"):

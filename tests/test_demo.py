@@ -20,7 +20,7 @@ def test_demo_json_on_real_prompts(tmp_path, capsys):
         json.dumps({"prompt": "def square(x):\n    return", "domain": "code"}) + "\n"
         + json.dumps({"prompt": "The weather today is", "domain": "prose"}) + "\n"
     )
-    main(["--prompts", str(prompts), "--max-new-tokens", "8", "--depths", "2,8", "--prompt-lookup", "--json"])
+    main(["--prompts", str(prompts), "--max-new-tokens", "8", "--prompt-lookup", "--json"])
     out = json.loads(capsys.readouterr().out)
     domains = {row["domain"]: row for row in out["summary"]}
     assert set(domains) == {"code", "prose", "all"}

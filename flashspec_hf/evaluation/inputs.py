@@ -277,9 +277,10 @@ def find_category_column(columns: list[str], prompt_column: str, category_column
 
 
 def _rows(bad: list[tuple[int, object]], show: int = 5) -> str:
-    """Row indices for an error message: the first ``show`` and how many more."""
+    """Row indices for an error message, counted from 0 as a Dataset's are (a file's line numbers count from 1): the
+    first ``show`` and how many more."""
     head = ", ".join(str(i) for i, _ in bad[:show])
-    return head + (f" and {len(bad) - show} more" if len(bad) > show else "")
+    return head + (f" and {len(bad) - show} more" if len(bad) > show else "") + " (counted from 0)"
 
 
 def check_output_dir(output_dir: str | os.PathLike | None) -> Path | None:
