@@ -449,6 +449,8 @@ def main():
            f"greedy, gamma={args.gamma}, EOS off, prompt_len={args.prompt_len}, max_new_tokens={args.max_new_tokens}",
            f"target placement: {getattr(model, 'hf_device_map', None) or device}",
            f"SDPA backends switched off: {args.sdpa_off or 'none'}"]
+    if args.profile:
+        env.append("profiled after the grid, every cell's static session kept until then (peak_mem_gib counts them)")
     (out_dir / f"{args.name}.env.txt").write_text("\n".join(env) + "\n")
     rows, profiles = [], []  # profiles: (engine, ids, mask) of the cells to profile once every cell is timed
     if args.profile:  # the profiled calls are warm: every cell's session is still kept
@@ -481,7 +483,11 @@ def main():
     # in one run, the graphs of every cell captured after a profiled call (CUPTI) ran slower: 0.45 µs between
     # nodes against 0.10 (results/h100_2026-12-07d_split)
     for engine, ids, mask in profiles:
-        profile_cell(engine, model, assistants, ids, mask, args, out_dir / f"{args.name}_profile.txt")
+        try:
+            profile_cell(engine, model, assistants, ids, mask, args, out_dir / f"{args.name}_profile.txt")
+        except Exception as e:  # noqa: BLE001  (noted in the profile file; the env file still gets written)
+            with open(out_dir / f"{args.name}_profile.txt", "a") as f:
+                f.write(f"{engine}, B = {ids.shape[0]}: {type(e).__name__}: {e}".splitlines()[0][:300] + "\n\n")
     taus = [f"{r['engine']}@B={r['batch']}={r['tau']}" for r in rows if r["engine"] != "stock" and r.get("tau", 1) != 1]
     env += ["measured tau: " + ", ".join(taus), f"wall: {time.perf_counter() - start:.0f} s"]
     (out_dir / f"{args.name}.env.txt").write_text("\n".join(env) + "\n")

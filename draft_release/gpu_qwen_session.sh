@@ -6,7 +6,7 @@
 #              kernel_quick in the background (benchmarks/gpu_session.sh -> /tmp/gs; $BG names another script, e.g.
 #              benchmarks/gpu_pipeline.sh, which runs the whole session's GPU work)
 #   start      start that background script now (BG; its settings, e.g. STAGES, from the environment)
-#   stop       stop it and the benchmarks and tests it started (then `start` another)
+#   stop       stop it and the benchmarks and tests it started, its whole process group (then `start` another)
 #   stash      copy the carried .carry/ and flashspec_hf/assistants/ (drafts) to /tmp/carry and /tmp/drafts, then
 #              touch /tmp/stash.done
 #   convert    join the pieces, stash, and convert the GGUF (bf16) in the background; /tmp/convert.done once
@@ -29,21 +29,28 @@ piece)
     && ls /tmp/gguf | wc -l
   [ -d /tmp/gs ] || bash "$0" start ;;
 start)
-  # from a copy of the tree (later calls replace it), made before the call returns
-  mkdir -p /tmp/gs && rm -f /tmp/gs/done && rm -rf /tmp/gstree && cp -r . /tmp/gstree && cd /tmp/gstree \
-    && { OUT=/tmp/gs setsid nohup bash "${BG:-benchmarks/gpu_session.sh}" >>/tmp/gs/bg.log 2>&1 & } ;;
+  # refused while one runs; an earlier run's /tmp/gs moves aside (poll packs /tmp/gs whole); from a copy of the tree
+  # (later calls replace it), made before the call returns; its process group is the pipeline and all it starts
+  if [ -f /tmp/gs/bg.pid ] && kill -0 "$(cat /tmp/gs/bg.pid)" 2>/dev/null; then
+    echo "a pipeline runs (pid $(cat /tmp/gs/bg.pid)): stop it first" >&2; exit 1
+  fi
+  [ -d /tmp/gs ] && mv /tmp/gs "/tmp/gs.$(date +%s)"
+  mkdir -p /tmp/gs && rm -rf /tmp/gstree && cp -r . /tmp/gstree && cd /tmp/gstree \
+    && { OUT=/tmp/gs setsid nohup bash "${BG:-benchmarks/gpu_session.sh}" >/tmp/gs/bg.log 2>&1 &
+         echo $! >/tmp/gs/bg.pid; } ;;
 stop)
-  # the patterns match the background jobs, not this command's own line (which names neither)
-  pkill -f "gpu_pipelin[e]|gpu_sessio[n]"; pkill -f "python3 -m benchmark[s]\.|pytest -q -p no:cacheprovide[r]"
-  sleep 2; ps aux | grep -c "[b]enchmarks\." ;;
+  # the whole process group that `start` made (setsid: its pid is the group's id), nothing else
+  group=$(cat /tmp/gs/bg.pid) && kill -- "-$group" 2>/dev/null; sleep 2
+  echo "left in the group: $(pgrep -g "$group" | wc -l)" ;;
 stash)
-  mkdir -p /tmp/carry /tmp/drafts && cp -r .carry/. /tmp/carry/ && cp -r flashspec_hf/assistants/. /tmp/drafts/ \
-    && touch /tmp/stash.done  # what a background job waits for: the copies are whole
+  # what a background job waits for: the copies are whole (gone while a later stash copies again)
+  rm -f /tmp/stash.done && mkdir -p /tmp/carry /tmp/drafts && cp -r .carry/. /tmp/carry/ \
+    && cp -r flashspec_hf/assistants/. /tmp/drafts/ && touch /tmp/stash.done
   ls /tmp/carry /tmp/drafts ;;
 convert)
   . draft_release/gpu_qwen_env.sh
   bash "$0" stash
-  setsid nohup sh -c "python3 -c \"import torch; from flashspec_hf.models import load_target; load_target('qwen2.5-coder-1.5b', dtype=torch.bfloat16)\" && for i in \$(seq 300); do [ -f /tmp/carry/q/corpus.json.gz ] && touch /tmp/convert.done && break; sleep 2; done" >/tmp/convert.log 2>&1 &
+  setsid nohup sh -c "python3 -c \"import torch; from flashspec_hf.models import load_target; load_target('qwen2.5-coder-1.5b', dtype=torch.bfloat16)\" && for i in \$(seq 300); do [ -f /tmp/carry/q/corpus.json.gz ] && [ -f /tmp/stash.done ] && touch /tmp/convert.done && break; sleep 2; done" >/tmp/convert.log 2>&1 &
   sleep 5; cat /tmp/convert.log ;;
 poll)
   for _ in $(seq "${2:-30}"); do [ -e /tmp/gs/done ] && break; sleep 1; done

@@ -2,8 +2,9 @@
 
 - errors: :class:`Parser` and :func:`user_errors` turn a bad option or input into one line on stderr,
   ``<prog>: error: <what is wrong and how to fix it>``, and exit status 2 (argparse's), with no traceback;
-- options: :func:`add_run_args` (prompts per domain, generation settings, models), typed so that bad values are
-  refused while parsing, before any model loads;
+- options: :func:`add_run_args` (prompts per domain, generation settings, models) and :func:`add_file_args` (prompt
+  files), typed so that bad values are refused while parsing, and :func:`check_run_args`, which refuses the
+  combinations that would be ignored or fail later, all before any model loads;
 - prompts: :func:`check_builtin_num_prompts` before loading, :func:`with_chat_template` after;
 - the selector (:func:`run_selector`) and the models (:func:`load_models`).
 """
@@ -140,19 +141,35 @@ def add_file_args(p: argparse.ArgumentParser, files: str) -> None:
                    help="column with each prompt's category (default: domain, else category, else one category all)")
 
 
-def check_run_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Stop on :func:`add_run_args` options that would be ignored or fail after the model loads (one line, through
-    ``p.error``); set ``--temperature``'s default."""
+def check_run_args(p: argparse.ArgumentParser, args: argparse.Namespace, files: str | None = None) -> None:
+    """Stop, through ``p.error`` (one line), on :func:`add_run_args` and :func:`add_file_args` options that would be
+    ignored or fail only after the model loads: ``--temperature`` without ``--do-sample``, ``--depths`` where the
+    drafts are distilled (:func:`choose_assistants`), a device this torch lacks, a ``--model`` folder that is not
+    there, file options without files (``files``: whether the files option was given, named ``--prompts`` or
+    ``--data-files``). Sets ``--temperature``'s default and expands a ``~`` in ``--model``."""
     if args.temperature is not None and not args.do_sample:
         p.error("--temperature goes with --do-sample (greedy decoding has no temperature)")
     args.temperature = 0.7 if args.temperature is None else args.temperature
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
+    try:
+        choose_assistants(args.model, args.assistants, args.depths)
+    except ValueError as error:
+        p.error(str(error))
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        p.error(f"--device {args.device}: not a torch device; give cpu, cuda or cuda:N")
+    if device.type == "cuda" and not torch.cuda.is_available():
         p.error(f"--device {args.device}: this torch has no CUDA device (torch.cuda.is_available() is False); "
                 "leave --device out to run on the CPU")
-    path = os.path.expanduser(args.model)
-    if args.model.startswith(("/", ".", "~")) and not os.path.isdir(path):
-        p.error(f"--model {args.model}: no such folder; give a folder with a model, a hub name or a preset "
-                f"({', '.join(PRESETS)})")
+    if args.model.startswith(("/", ".", "~")):
+        args.model = os.path.expanduser(args.model)
+        if not os.path.isdir(args.model):
+            p.error(f"--model {args.model}: no such folder; give a folder with a model, a hub name or a preset "
+                    f"({', '.join(PRESETS)})")
+    given = [o for o, v in (("--format", args.format), ("--prompt-column", args.prompt_column != "prompt"),
+                            ("--category-column", args.category_column)) if v]
+    if files and not getattr(args, files.lstrip("-").replace("-", "_")) and given:
+        p.error(f"{', '.join(given)} describe prompt files: give the files with {files} FILE, or leave them out")
 
 
 def check_builtin_num_prompts(num_prompts: int) -> None:
@@ -201,7 +218,8 @@ def load_models(
 
     Raises:
         OSError: the model cannot be found or read (FileNotFoundError: a preset's packages are not installed).
-        ValueError: a depth not below the target's layer count, or distilled drafts for a target that has none.
+        ValueError: a depth not below the target's layer count, distilled drafts for a target that has none, or
+            ``--depths`` with distilled drafts (:func:`check_run_args` refuses the last two while parsing).
     """
     kind, which = choose_assistants(args.model, args.assistants, args.depths)  # before the model loads
     target, tokenizer = load_target(args.model, dtype=getattr(torch, args.dtype), device=args.device)
@@ -225,7 +243,7 @@ def choose_assistants(model: str, kind: str, depths: tuple[int, ...] | None) -> 
         raise ValueError(f"no distilled drafts are bundled for {model}: use --assistants early-exit (or auto)")
     if kind == "distilled" or (kind == "auto" and bundled):
         if depths:
-            raise ValueError(f"--depths sets early-exit drafts, but {model} runs its distilled drafts here: add "
+            raise ValueError(f"--depths sets early-exit drafts, but {model} runs its distilled drafts here: use "
                              "--assistants early-exit, or leave --depths out")
         return "distilled", bundled
     return "early-exit", depths or (preset.early_exit_depths if preset else (2, 4, 8))

@@ -48,7 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_run_args(p, num_prompts=3)
     p.add_argument("--json", action="store_true", help="print machine-readable results on stdout")
     args = p.parse_args(argv)
-    check_run_args(p, args)
+    check_run_args(p, args, "--prompts")
     return args
 
 

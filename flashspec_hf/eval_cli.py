@@ -46,13 +46,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--output-dir", default="flashspec-eval", help="where the files go (default ./flashspec-eval)")
     p.add_argument("--no-plot", action="store_true", help="skip plot.png (no matplotlib needed)")
     args = p.parse_args(argv)
-    check_run_args(p, args)
+    check_run_args(p, args, "--data-files")
     if args.prompts_from is None:
         args.prompts_from = "files" if args.data_files else "builtin"
     if args.prompts_from == "files" and not args.data_files:
         p.error("--prompts-from files needs --data-files FILE [FILE ...]")
     if args.prompts_from == "builtin" and args.data_files:
         p.error("--data-files goes with --prompts-from files (or leave --prompts-from out)")
+    if args.prompts_from == "builtin" and args.split != "train":
+        p.error("--split picks a split of --data-files: give the files, or leave --split out")
     return args
 
 

@@ -49,10 +49,14 @@ def _refused(cli: str, argv: list[str], monkeypatch, capsys) -> str:
         (["--selector", "best"], r"argument --selector: invalid choice: 'best'"),
         (["--num-prompts", "500"], r"--num-prompts 500: the built-in prompts have 164 per domain; ask for at most"),
         (["--temperature", "0.5"], r"--temperature goes with --do-sample"),
-        (["--model", "./no-such-folder"], r"--model ./no-such-folder: no such folder; give a folder with a model, a "
-                                          r"hub name or a preset \(smollm2-135m"),
+        (["--model", "./no-such-folder"], (r"--model ./no-such-folder: no such folder; give a folder with a model, a "
+                                           r"hub name or a preset \(smollm2-135m")),
         pytest.param(["--device", "cuda"], r"--device cuda: this torch has no CUDA device",
                      marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is there")),
+        (["--device", "gpu"], r"--device gpu: not a torch device; give cpu, cuda or cuda:N"),
+        (["--depths", "2,4"], (r"--depths sets early-exit drafts, but smollm2-135m runs its distilled drafts here: "
+                               r"use --assistants early-exit")),
+        (["--prompt-column", "question"], r"--prompt-column describe prompt files: give the files with"),
     ],
 )
 def test_bad_options_are_refused_in_one_line_before_any_model_loads(cli, argv, match, monkeypatch, capsys):
@@ -83,11 +87,11 @@ def test_bad_prompt_files_are_refused_in_one_line_naming_the_line(cli, name, tex
 
 
 @pytest.mark.parametrize("cli", CLIS)
-def test_prompt_file_options_reach_both_clis(cli, tmp_path, monkeypatch):
+def test_prompt_file_options_reach_both_clis(cli, tmp_path, monkeypatch, capsys):
     """--format, --prompt-column and --category-column, which the file errors name, are options of both CLIs: a
     file that needs all three passes the checks (and reaches the model loading)."""
     path = tmp_path / "prompts.txt"
-    path.write_text('{"question": "a", "topic": "t"}\n')
+    path.write_text('{"question": "a", "topic": "t", "domain": ""}\n')  # an empty domain: refused if it is read
 
     def loaded(args):
         raise RuntimeError("the input passed")
@@ -97,6 +101,15 @@ def test_prompt_file_options_reach_both_clis(cli, tmp_path, monkeypatch):
     argv = [option, str(path), "--format", "json", "--prompt-column", "question", "--category-column", "topic"]
     with pytest.raises(RuntimeError, match="the input passed"):
         module.main([*argv, "--output-dir", str(tmp_path / "out")] if cli == "flashspec-eval" else argv)
+    assert re.search(r"missing or empty category in rows 0 \(counted from 0\) of column 'domain'",
+                     _refused(cli, argv[:6], monkeypatch, capsys))  # without --category-column: 'domain'
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_sampling_temperature_defaults_to_0_7(cli):
+    module, _ = CLIS[cli]
+    assert module.parse_args(["--do-sample"]).temperature == 0.7
+    assert module.parse_args(["--do-sample", "--temperature", "1.5"]).temperature == 1.5
 
 
 def test_chat_formatted_wraps_plain_prompts_only(tokenizer):
@@ -209,4 +222,4 @@ def test_distilled_drafts_for_a_model_without_them_are_refused_before_it_loads(m
         demo.main(["--model", "org/other-model", "--assistants", "distilled", "--num-prompts", "1"])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err == ("flashspec-demo: error: no distilled drafts are bundled for org/other-model: "
-                                       "use --assistants early-exit (or auto)\n")
+                                       "use --assistants early-exit (or auto) (see flashspec-demo --help)\n")

@@ -232,7 +232,8 @@ def prepare_prompts(
     if not_str:
         raise ValueError(
             f"column {prompt_column!r} must hold strings; rows {_rows(not_str)} hold "
-            f"{sorted({t for _, t in not_str})}: fix those rows or choose the text column with prompt_column="
+            f"{sorted({t for _, t in not_str})}: fix those rows or choose the text column with prompt_column= "
+            "(CLI: --prompt-column)"
         )
     blank = [(i, None) for i, p in enumerate(prompts) if not p.strip()]
     if blank:
@@ -245,7 +246,7 @@ def prepare_prompts(
         if missing:
             raise ValueError(
                 f"missing or empty category in rows {_rows(missing)} of column {category_column!r}: fill them in, "
-                "or pass another category_column"
+                "or pass another category_column= (CLI: --category-column)"
             )
         categories = [str(c) for c in raw]
         if "all" in categories and len(set(categories)) > 1:
