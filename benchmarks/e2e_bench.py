@@ -122,8 +122,8 @@ def parse_args():
     p.add_argument("--quick", action="store_true", help="tiny model and grid, for a CPU smoke test")
     p.add_argument("--profile", action="store_true",
                    help="after the whole grid, one more call per cell under torch.profiler, appended to "
-                        "OUT/NAME_profile.txt (its trace: OUT/NAME_profile_ENGINE_bB.json.gz); after the grid, since "
-                        "graphs captured after a profiled call ran slower (results/h100_2026-12-07d_split)")
+                        "OUT/NAME_profile.txt (its trace: OUT/NAME_profile_ENGINE_bB.json.gz); after the grid, since in "
+                        "one run graphs captured after a profiled call ran slower (results/h100_2026-12-07d_split)")
     p.add_argument("--sdpa-off", default="", help="comma-separated SDPA backends to switch off for the whole run "
                    "(cudnn, flash, mem_efficient, math: torch.backends.cuda.enable_<name>_sdp(False)); on the H100 on "
                    "2026-12-07 each layer's cuDNN attention followed a memset by about 6 µs inside the step's graph")

@@ -141,11 +141,11 @@ def add_file_args(p: argparse.ArgumentParser, files: str) -> None:
                    help="column with each prompt's category (default: domain, else category, else one category all)")
 
 
-def check_run_args(p: argparse.ArgumentParser, args: argparse.Namespace, files: str | None = None) -> None:
+def check_run_args(p: argparse.ArgumentParser, args: argparse.Namespace, files: str) -> None:
     """Stop, through ``p.error`` (one line), on :func:`add_run_args` and :func:`add_file_args` options that would be
     ignored or fail only after the model loads: ``--temperature`` without ``--do-sample``, ``--depths`` where the
     drafts are distilled (:func:`choose_assistants`), a device this torch lacks, a ``--model`` folder that is not
-    there, file options without files (``files``: whether the files option was given, named ``--prompts`` or
+    there, file options without files (``files``: the CLI's option that names them, ``--prompts`` or
     ``--data-files``). Sets ``--temperature``'s default and expands a ``~`` in ``--model``."""
     if args.temperature is not None and not args.do_sample:
         p.error("--temperature goes with --do-sample (greedy decoding has no temperature)")
@@ -168,7 +168,7 @@ def check_run_args(p: argparse.ArgumentParser, args: argparse.Namespace, files: 
                     f"({', '.join(PRESETS)})")
     given = [o for o, v in (("--format", args.format), ("--prompt-column", args.prompt_column != "prompt"),
                             ("--category-column", args.category_column)) if v]
-    if files and not getattr(args, files.lstrip("-").replace("-", "_")) and given:
+    if given and not getattr(args, files.lstrip("-").replace("-", "_")):
         p.error(f"{', '.join(given)} describe prompt files: give the files with {files} FILE, or leave them out")
 
 

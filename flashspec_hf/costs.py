@@ -100,6 +100,7 @@ def _calibrate(target: Runner, drafts: dict[int, Runner], mixed: dict[int, int],
     jobs = {("draft", s): (runner, 1, 1, ()) for s, runner in drafts.items()}
     jobs |= {("catch_up", s): (runner, reread(runner), 1, ()) for s, runner in drafts.items()}
     jobs |= {("target", g): (target, g + 1, g + 1, ()) for g in gammas}
+
     def kept(o: int, g: int) -> tuple[Runner, int, int]:  # draft model o's keep-current forward on a γ = g step
         return drafts[o], reread(drafts[o]) + g - 1, g if evidence else 0
 
