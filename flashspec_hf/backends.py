@@ -207,15 +207,18 @@ class StaticBackend(Backend):
             count, …): the session key, with the batch size and capacity.
         compile_options: ``torch.compile`` arguments for the forwards inside steps of every model on CUDA (target
             and draft models), or None for eager forwards (``generate(..., disable_compile=True)``).
+        evidence: whether the steps gather side evidence (:mod:`~flashspec_hf.evidence`: the draft models'
+            keep-current forwards then keep γ columns' logits; part of ``set_up``).
     """
 
     in_flight = MAX_IN_FLIGHT
 
     def __init__(self, batch_size: int, vocab_size: int, gammas: list[int], device: torch.device,
-                 models: list[PreTrainedModel], set_up: tuple, compile_options: dict | None = None):
+                 models: list[PreTrainedModel], set_up: tuple, compile_options: dict | None = None,
+                 evidence: bool = False):
         super().__init__(batch_size, vocab_size, gammas, device)
         self.cuda = device.type == "cuda"
-        self.models, self.set_up = models, set_up
+        self.models, self.set_up, self.evidence = models, set_up, evidence
         self.compile_options = compile_options if self.cuda else None
         self.session: StaticSession | None = None
         self.behind = 2 + (KEEP_CURRENT_EVERY - 1) * (max(gammas) + 1)
@@ -275,7 +278,9 @@ class StaticBackend(Backend):
         given); its forwards compiled when its model is on CUDA."""
         if key not in self.session.runners:
             shape = (model, self.vocab_size, self.batch_size, columns.capacity, self.device, self.options_for(model))
-            runner = StaticRunner(*shape, behind=self.behind) if target is None else EarlyExitRunner(*shape, target)
+            rows = max(self.gammas) if self.evidence else 1  # the most logit columns a draft's wide forward keeps
+            runner = (StaticRunner(*shape, behind=self.behind, rows=rows) if target is None
+                      else EarlyExitRunner(*shape, target))
             self.session.runners[key] = runner
         return self.session.runners[key]
 

@@ -259,7 +259,7 @@ def speculative_decode(
     sources += [LookupOrDraft(sources[lookup], sources[draft]) for lookup, draft in mixes]
     names = _arm_names(sources, arms, several_gammas=len(gammas) > 1)
     stats = FlashSpecStats(names, max(gammas), [g for _, g in arms])
-    gathers_evidence = selector.side_evidence and isinstance(backend, StaticBackend) and not generation_config.do_sample
+    gathers_evidence = isinstance(backend, StaticBackend) and backend.evidence
     evidence = SideEvidence(sources, arms, batch_size, max(gammas), backend.buffers) if gathers_evidence else None
     finished = backend.buffers.full("finished", (batch_size,), False, torch.bool)  # [B]
     groups = sequences.groups(finished, [False] * batch_size) if processing.contextual or stopping.criteria else []
@@ -335,7 +335,8 @@ def _backend(static, model, assistants, arms, processing, stopping_criteria, str
     compile_options = _compile_options(generation_config)
     set_up = (sources, tuple(arms), warpers, generation_config.do_sample, selector.side_evidence, pad_token_id,
               None if eos is None else eos.numel(), repr(compile_options), os.environ.get("FLASHSPEC_VERIFIER"))
-    return StaticBackend(batch_size, vocab_size, gammas, device, models, set_up, compile_options)
+    evidence = selector.side_evidence and not generation_config.do_sample  # greedy only (flashspec_hf.evidence)
+    return StaticBackend(batch_size, vocab_size, gammas, device, models, set_up, compile_options, evidence)
 
 
 def _use_static(static: bool | None, device: torch.device, models, processing, criteria, streamer, recorder,

@@ -408,6 +408,47 @@ def test_compiled_forwards_equal_eager_ones_and_keep_their_graphs_off_module_cal
         assert not _debug_get_cache_entry_list(code), f"graphs kept on {code.co_filename}:{code.co_firstlineno}"
 
 
+def test_a_draft_models_keeps_cost_no_compiled_graphs():
+    """Compiled, a draft model's wide forwards in a static step keep logits of different columns: its last one to
+    catch up, γ to keep current with side evidence, none without. Once the model has its graphs for one column and
+    for wider ones, these add none (a graph per ``logits_to_keep`` value made 18 graphs a SmolLM2 call where 12 do,
+    each compiled on a set-up's first call on the GPU); each gives the eager runner's logits, as does a forward
+    keeping more columns than it feeds."""
+    from flashspec_hf.runners import NO_LOGITS, StaticRunner
+
+    graphs = []
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    gamma, behind = 3, 2 + 2 * (3 + 1)  # the backend's `behind` for γ = 3, KEEP_CURRENT_EVERY = 3
+    draft = tiny_llama(layers=1, seed=1, peak=8.0)
+    ids = torch.tensor([[5, 17, 33, 8, 90, 41, 7, 12, 60, 77, 3, 51], [12, 60, 77, 3, 51, 51, 9, 4, 4, 8, 1, 2]])
+    outputs, added = [], None
+    for options in (None, {"backend": counting}):
+        columns = Columns(ids, torch.ones_like(ids), 64, 8, Buffers(torch.device("cpu")), track_host_length=False,
+                          dense=True)
+        runner = StaticRunner(draft, 97, 2, 64, torch.device("cpu"), options, behind=behind, rows=gamma)
+        with torch.no_grad():
+            runner.prefill(columns, ids.shape[1] - 2)
+            for width in (behind, 1, behind + gamma - 1):  # the shape families: one column, and wider
+                runner.forward(columns, width, keep=1)
+            before = len(graphs)
+            caught = runner.catch_up(columns)  # [B, 1, V]
+            drafted = runner.forward(columns, 1, keep=1)  # [B, 1, V]
+            kept = runner.keep_current(columns, gamma, logits=True)  # [B, γ, V]
+            none = runner.forward(columns, behind + gamma - 1, keep=NO_LOGITS)  # [B, 0, V]
+            added = len(graphs) - before
+            short = runner.forward(columns, 2, keep=gamma)  # [B, 2, V]: every column it feeds
+        outputs.append((caught, drafted, kept, none, short))
+    for eager, compiled in zip(*outputs):
+        assert compiled.shape == eager.shape
+        torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-4)
+    assert outputs[1][3].shape[1] == 0 and outputs[1][4].shape[1] == 2
+    assert graphs and added == 0, f"{added} more graphs"
+
+
 def test_a_drafts_values_do_not_make_the_targets_graphs_symbolic():
     """Each model's compiled forward learns its own shapes: a draft whose RMSNorm epsilon differs from the target's
     (any float attribute) once made dynamo compile the target's next graph with a symbolic epsilon (shared automatic
