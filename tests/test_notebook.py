@@ -27,5 +27,5 @@ def test_colab_notebook_runs_with_local_stand_ins(tmp_path, tokenizer):
     nb.cells.insert(index + 1, nbformat.v4.new_code_cell(overrides))
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": "."}}).execute()
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
-    assert "identical True" in printed and "tau" in printed
+    assert "identical True" in printed and "tau" in printed and "first calls: plain" in printed
     assert any(o.get("output_type") == "display_data" for o in nb.cells[-1].outputs), "the plot was drawn"
