@@ -94,6 +94,10 @@ class Backend(ABC):
     graphed: bool = False
     """Whether steps are captured as CUDA graphs and replayed."""
 
+    evidence: bool = False
+    """Whether the steps gather side evidence (:mod:`~flashspec_hf.evidence`: the static backend's greedy calls of a
+    selector that takes it)."""
+
     def __init__(self, batch_size: int, vocab_size: int, gammas: list[int], device: torch.device):
         self.batch_size, self.vocab_size, self.gammas, self.device = batch_size, vocab_size, gammas, device
         self.buffers = Buffers(device)
@@ -207,8 +211,9 @@ class StaticBackend(Backend):
             count, …): the session key, with the batch size and capacity.
         compile_options: ``torch.compile`` arguments for the forwards inside steps of every model on CUDA (target
             and draft models), or None for eager forwards (``generate(..., disable_compile=True)``).
-        evidence: whether the steps gather side evidence (:mod:`~flashspec_hf.evidence`: the draft models'
-            keep-current forwards then keep γ columns' logits; part of ``set_up``).
+        evidence: whether the steps gather side evidence (:mod:`~flashspec_hf.evidence`; greedy calls of a
+            selector that takes it, as ``set_up`` records): the draft models' keep-current forwards keep γ columns'
+            logits, and their compiled wide forwards ask for γ_max columns (:class:`StaticRunner`'s ``min_keep``).
     """
 
     in_flight = MAX_IN_FLIGHT
@@ -278,8 +283,8 @@ class StaticBackend(Backend):
         given); its forwards compiled when its model is on CUDA."""
         if key not in self.session.runners:
             shape = (model, self.vocab_size, self.batch_size, columns.capacity, self.device, self.options_for(model))
-            rows = max(self.gammas) if self.evidence else 1  # the most logit columns a draft's wide forward keeps
-            runner = (StaticRunner(*shape, behind=self.behind, rows=rows) if target is None
+            min_keep = max(self.gammas) if self.evidence else 1  # the most logit columns a draft's wide forward keeps
+            runner = (StaticRunner(*shape, behind=self.behind, min_keep=min_keep) if target is None
                       else EarlyExitRunner(*shape, target))
             self.session.runners[key] = runner
         return self.session.runners[key]

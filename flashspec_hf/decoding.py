@@ -259,8 +259,7 @@ def speculative_decode(
     sources += [LookupOrDraft(sources[lookup], sources[draft]) for lookup, draft in mixes]
     names = _arm_names(sources, arms, several_gammas=len(gammas) > 1)
     stats = FlashSpecStats(names, max(gammas), [g for _, g in arms])
-    gathers_evidence = isinstance(backend, StaticBackend) and backend.evidence
-    evidence = SideEvidence(sources, arms, batch_size, max(gammas), backend.buffers) if gathers_evidence else None
+    evidence = SideEvidence(sources, arms, batch_size, max(gammas), backend.buffers) if backend.evidence else None
     finished = backend.buffers.full("finished", (batch_size,), False, torch.bool)  # [B]
     groups = sequences.groups(finished, [False] * batch_size) if processing.contextual or stopping.criteria else []
 

@@ -162,7 +162,8 @@ class Runner:
 NO_LOGITS = slice(0, 0)
 """``keep`` of a forward whose logits nothing reads (a keep-current forward): the model's head reads none of its
 hidden states, and so not its ``[V, H]`` weight (the largest matrix of a small draft). Eager forwards only: a compiled
-static step forward computes its usual columns and drops them (:meth:`StaticRunner._forward`)."""
+static step forward computes the last ``min_keep`` columns (1, or γ_max with side evidence) and returns none
+(:meth:`StaticRunner._forward`)."""
 
 
 class DynamicRunner(Runner):
@@ -279,18 +280,17 @@ class StaticRunner(Runner):
             the column before the pending one, and the pending one); a draft that missed some steps' columns catches
             up on them within these, so it may miss up to ``W - 2`` columns
             (:data:`~flashspec_hf.backends.KEEP_CURRENT_EVERY`).
-        rows: the most logit columns a draft model's wide step forwards keep (γ_max when keep-current forwards keep
-            side evidence, else 1): a compiled step forward of ``w`` columns asks the model for the last
-            ``min(w, max(rows, keep))`` whatever it keeps (:meth:`_forward`). The target's keep equal their widths,
-            and an early exit's forwards are one column wide: neither is widened.
+        min_keep: the fewest logit columns a compiled step forward asks the model for (:meth:`_forward`): γ_max
+            for a draft model whose keep-current forwards keep side evidence, else 1. The target's forwards keep as
+            many columns as they feed, and an early exit's feed one: neither is widened.
     """
 
     keeps_current = True
 
     def __init__(self, model: PreTrainedModel, vocab_size: int, batch_size: int, capacity: int, device: torch.device,
-                 compile_options: dict | None = None, behind: int = 2, rows: int = 1):
+                 compile_options: dict | None = None, behind: int = 2, min_keep: int = 1):
         super().__init__(model, vocab_size)
-        self.behind, self.rows = behind, rows
+        self.behind, self.min_keep = behind, min_keep
         self.seen = torch.zeros(batch_size, dtype=torch.long, device=device)  # [B]
         self.cache = _new_cache(StaticCache, model.config, layer=self._layer_maker(capacity), max_cache_len=capacity)
         self.dtype = model.get_input_embeddings().weight.dtype
@@ -380,27 +380,25 @@ class StaticRunner(Runner):
 
     def _forward(self, columns, ids, positions, keep) -> torch.Tensor:
         """A step's forward (``w`` columns: up to γ + 1, or a draft's :attr:`behind` + γ - 1), its mask packed once
-        for every layer (:meth:`_call`). Compiled, it asks the model for the logits of the last
-        ``min(w, max(rows, keep))`` columns and cuts ``keep`` from them outside the graph. Dynamo guards on
-        ``logits_to_keep``: on its type, and on the value 1 (an int is made symbolic only after it changed, and never
-        for 1). A draft model's wide forwards keep 1 column to catch up, γ to keep current with side evidence, and
-        none without (:data:`NO_LOGITS`); each of those cost it a graph, compiled on a set-up's first call. Counted
-        on the CPU (dynamo, SmolLM2-135M and its three bundled drafts, a greedy call with side evidence, B = 1 and 8),
-        a call made 18 graphs before and 12 now; the compile time saved is unmeasured. The price, untimed on a GPU:
-        with side evidence every catch-up (one on each drafting step) computes γ columns of the draft's head where it
-        computed 1, and a keep-current forward without logits computes ``rows`` columns where it computed none, so
-        it reads the head's ``[V, H]`` weight, about as many bytes as the rest of a bundled draft. With a draft of
-        a large vocabulary at a large batch the extra columns cost compute too (a catch-up of a 0.5B draft with
-        V = 151,936 over 12 columns at B = 64, γ = 4: about 9% more FLOPs)."""
+        for every layer (:meth:`_call`). Compiled, a forward keeping the last ``k`` columns' logits (an int ``k > 0``,
+        or none: :data:`NO_LOGITS`, ``k = 0``) asks the model for the last ``min(w, max(min_keep, k))`` and returns
+        the last ``min(k, w)`` of them, as the eager forward does: dynamo guards on ``logits_to_keep``'s type and on
+        the value 1, so a draft model's wide forwards, keeping 1 column to catch up, γ to keep current with side
+        evidence and none without, would otherwise compile a graph each on a set-up's first call. The price, untimed
+        on a GPU: with side evidence every catch-up (one a drafting step) computes γ_max columns of the draft's head
+        where it needs 1, and a keep-current forward without logits computes ``min_keep`` columns where it needs
+        none, so it reads the head's ``[V, H]`` weight (about the bytes of the rest of a bundled draft). For a draft
+        with a large vocabulary at a large batch the columns cost compute as well: a 0.5B draft's catch-up over 12
+        columns with V = 151,936 at B = 64 and γ = 4 takes about 9% more FLOPs."""
         width = ids.shape[1]
         mask = columns.attention_mask_4d(self.seen, width, self.dtype)  # [B, 1, w, N]
         no_logits = isinstance(keep, slice) and keep == NO_LOGITS
         if self.compiled is None or not (no_logits or isinstance(keep, int) and keep > 0):
             return self._call(ids, positions, mask, self.cache, keep, self.compiled, pack_mask=True)
         wanted = 0 if no_logits else keep
-        rows = min(width, max(self.rows, wanted))
-        logits = self._call(ids, positions, mask, self.cache, rows, self.compiled, pack_mask=True)  # [B, rows, V]
-        return logits[:, max(rows - wanted, 0) :]  # [B, min(keep, w), V_model], as the eager forward's
+        asked = min(width, max(self.min_keep, wanted))
+        logits = self._call(ids, positions, mask, self.cache, asked, self.compiled, pack_mask=True)  # [B, asked, V]
+        return logits[:, max(asked - wanted, 0) :]  # [B, min(keep, w), V_model], as the eager forward's
 
     def _call(self, ids, positions, mask, cache, keep, call=None, pack_mask: bool = False):
         """:meth:`Runner._call` with grouped-query attention packed (:mod:`flashspec_hf.attention`; every forward

@@ -429,7 +429,7 @@ def test_a_draft_models_keeps_cost_no_compiled_graphs():
     for options in (None, {"backend": counting}):
         columns = Columns(ids, torch.ones_like(ids), 64, 8, Buffers(torch.device("cpu")), track_host_length=False,
                           dense=True)
-        runner = StaticRunner(draft, 97, 2, 64, torch.device("cpu"), options, behind=behind, rows=gamma)
+        runner = StaticRunner(draft, 97, 2, 64, torch.device("cpu"), options, behind=behind, min_keep=gamma)
         with torch.no_grad():
             runner.prefill(columns, ids.shape[1] - 2)
             for width in (behind, 1, behind + gamma - 1):  # the shape families: one column, and wider
