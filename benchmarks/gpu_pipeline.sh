@@ -86,7 +86,7 @@ heldout() {  # the CPU demo's settings on domains no draft saw (docs prose, stdl
   ( . benchmarks/gpu_smollm2_env.sh
     # the CLI reads prompt files through `datasets`, which the GPU machine lacks (pyarrow and pandas it has): the
     # wheels carried in .carry/w (pip download --no-deps datasets dill multiprocess xxhash, cp312 manylinux)
-    python3 -c "import datasets" 2>/dev/null || python3 -m pip install -q --no-deps --target /tmp/pylib .carry/w/*.whl
+    python3 -c "import datasets" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --target /tmp/pylib .carry/w/*.whl
     export PYTHONPATH=/tmp/pylib${PYTHONPATH:+:$PYTHONPATH}
     for run in 1 2; do
       python3 -m flashspec_hf.demo --prompts benchmarks/results/demo_cpu_2026-12-01/heldout_prompts.jsonl \
