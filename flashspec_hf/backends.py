@@ -209,8 +209,8 @@ class StaticBackend(Backend):
         models: the target (sessions are kept on it), then the draft models.
         set_up: what a captured step depends on besides the tensors it reads (arms, processors' settings, EOS
             count, …): the session key, with the batch size and capacity.
-        compile_options: ``torch.compile`` arguments for the forwards inside steps of every model on CUDA (target
-            and draft models), or None for eager forwards (``generate(..., disable_compile=True)``).
+        compile_options: ``torch.compile`` arguments for the forwards (steps and prefills) of every model on CUDA
+            (target and draft models), or None for eager forwards (``generate(..., disable_compile=True)``).
         evidence: whether the steps gather side evidence (:mod:`~flashspec_hf.evidence`; greedy calls of a
             selector that takes it, as ``set_up`` records): the draft models' keep-current forwards keep γ columns'
             logits, and their compiled wide forwards ask for γ_max columns (:class:`StaticRunner`'s ``min_keep``).

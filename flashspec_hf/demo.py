@@ -82,6 +82,10 @@ def main(argv: list[str] | None = None) -> None:
         "dtype": args.dtype,
         **software(),
         "load_average_before_after": [load_before, load_average()],  # other work on the machine slows tokens/s
+        # the untimed warm-up calls' [plain, flashspec] seconds (the first prompt's; on CUDA every prompt's, where
+        # flashspec's include compiling and capturing its graphs)
+        "warm_up_call_seconds": [sum(r["warm_up_call_seconds"][i] for r in results if r["warm_up_call_seconds"])
+                                 for i in (0, 1)],
         **kwargs,
         "selector": label,
         **sent,
@@ -105,7 +109,9 @@ def format_table(rows: list[dict], setup: dict, greedy: bool, width: int = 100) 
              f"selector={setup['selector']}, max_new_tokens={setup['max_new_tokens']}, {decoding}; "
              f"torch {setup['torch']}, transformers {setup['transformers']}; OpenMP threads "
              f"{'wait passively' if setup.get('omp_wait_policy') == 'PASSIVE' else 'spin'}, 1-min load average "
-             f"{setup['load_average_before_after'][0]} before, {setup['load_average_before_after'][1]} after")
+             f"{setup['load_average_before_after'][0]} before, {setup['load_average_before_after'][1]} after; "
+             f"untimed warm-up calls {setup['warm_up_call_seconds'][0]:.1f} s plain, "
+             f"{setup['warm_up_call_seconds'][1]:.1f} s flashspec")
     lines = textwrap.wrap(about, width, break_on_hyphens=False) + [""]
     head = f"{'domain':<8} {'prompts':>7} {'plain tok/s':>11} {'flash tok/s':>11} {'speedup':>7} {'tau':>5}"
     head += f" {'identical':>9}" if greedy else ""

@@ -18,8 +18,8 @@ Two kinds:
   last fed: :data:`~flashspec_hf.backends.KEEP_CURRENT_EVERY`), whatever it has seen, so their widths are fixed; an
   early-exit draft (:class:`EarlyExitRunner`) reads and writes the target's cache and catches up with one column. Its
   forwards, the target's and the drafts' alike, can be compiled by ``torch.compile`` (inductor without its own CUDA
-  graphs: the step's graph, or each prefill shape's, captures its kernels); the compiled forward is kept on the
-  model, so compilation happens once per model and shape family.
+  graphs: the step's graph, or each prefill shape's, captures its kernels); the compiled forwards (one for steps, one
+  of dynamic width for prefills) are kept on the model, so compilation happens once per model and shape family.
 """
 
 from __future__ import annotations
@@ -274,8 +274,11 @@ class StaticRunner(Runner):
         batch_size: ``B``.
         capacity: ``N``, the columns' capacity.
         device: where the columns live (``seen`` goes there).
-        compile_options: ``torch.compile`` keyword arguments for this model's forwards inside steps (their ``mode``
-            is replaced by one without inductor's CUDA graphs), or None for the eager forward.
+        compile_options: ``torch.compile`` keyword arguments for this model's forwards (their ``mode`` is replaced
+            by one without inductor's CUDA graphs), or None for the eager forward. Prefills compile apart, their
+            width dynamic unless the options set ``dynamic`` (:func:`compiled_call`'s ``prefill``): with a static
+            one, a prompt in a wider prefill bucket compiled a graph per model (61 s on an H100 for SmolLM2-135M
+            fp32 and its three drafts).
         behind: ``W``, committed columns a draft model's catch-up and keep-current forwards read again (at least 2:
             the column before the pending one, and the pending one); a draft that missed some steps' columns catches
             up on them within these, so it may miss up to ``W - 2`` columns
@@ -295,6 +298,8 @@ class StaticRunner(Runner):
         self.cache = _new_cache(StaticCache, model.config, layer=self._layer_maker(capacity), max_cache_len=capacity)
         self.dtype = model.get_input_embeddings().weight.dtype
         self.compiled = compiled_call(model, compile_options) if compile_options is not None else None
+        self.compiled_prefill = (compiled_call(model, compile_options, prefill=True)
+                                 if compile_options is not None else None)  # :meth:`prefill`
         self.configs = model_configs([model])
         self.groups = mask_groups(model) if self.configs else 1
         self.window_index: dict[int, torch.Tensor] = {}  # W -> int64 [W] (:meth:`_keep`)
@@ -328,9 +333,10 @@ class StaticRunner(Runner):
 
     def prefill(self, columns: Columns, width: int, window: range | None = None,
                 capture: Capture | None = None) -> None:
-        """Feed the first ``width`` columns of a call (see :meth:`Runner.prefill`): through the compiled forward (if
-        any) over :func:`prefill_width` columns, so calls whose prompts differ in length share a few compiled graphs,
-        else eagerly over ``width``. The columns fed past ``width`` write keys and values that no query attends to
+        """Feed the first ``width`` columns of a call (see :meth:`Runner.prefill`): through the compiled prefill (if
+        any: its width dynamic, so one graph serves every prompt length of a batch size and capacity) over
+        :func:`prefill_width` columns, so calls whose prompts differ in length share a few captures, else eagerly
+        over ``width``. The columns fed past ``width`` write keys and values that no query attends to
         (each query sees only the columns before it, and later forwards overwrite them before reading). The first
         prefill of a compiled runner runs eagerly first, so that the cache allocates its tensors outside the compiled
         graph (a graph traced while it allocates them is recompiled at the next call).
@@ -346,7 +352,7 @@ class StaticRunner(Runner):
             return
         if self.compiled and not all(layer.is_initialized for layer in self.cache.layers):
             self._prefill(columns, width, None, window)
-        self._prefill(columns, width, self.compiled, window, capture if self.compiled else None)
+        self._prefill(columns, width, self.compiled_prefill, window, capture if self.compiled else None)
 
     def _prefill(self, columns: Columns, width: int, call: Callable | None, window: range | None,
                  capture: Capture | None = None) -> None:
@@ -357,7 +363,9 @@ class StaticRunner(Runner):
         keep = self._keep(window)
 
         def run() -> torch.Tensor:  # [B, W | 1, V_model]
-            ids, positions = columns.read(0, fed)  # [B, fed] each
+            # [B, fed] each, contiguous: a slice's row stride is N, and a graph of dynamic width guards on whether it
+            # equals fed
+            ids, positions = (t.contiguous() for t in columns.read(0, fed))
             if self.max_token is not None:
                 ids = ids.masked_fill(ids > self.max_token, 0)
             mask = columns.attention_mask_4d(self.seen, fed, self.dtype)  # [B, 1, fed, N]; seen is 0 here
@@ -475,11 +483,11 @@ def prefill_width(width: int, capacity: int) -> int:
 
 RECOMPILE_LIMIT = 64
 """Dynamo's recompile limit while a compiled forward runs. Its default, 8, counts the graphs kept for one code object
-(one per model here: :func:`_model_forward_of_its_own`), and a model adds a graph per width family and batch family
-(and, with ``CompileConfig(dynamic=False)``, per width)."""
+(two per model here, the steps' and the prefills': :func:`_model_forward_of_its_own`), and a model adds a graph per
+width family and batch family (and, with ``CompileConfig(dynamic=False)``, per width)."""
 
 
-def compiled_call(model: PreTrainedModel, options: dict) -> Callable:
+def compiled_call(model: PreTrainedModel, options: dict, prefill: bool = False) -> Callable:
     """``torch.compile`` of ``model``'s forward, kept on the model per options while its parameters stay put
     (:func:`parameters_fingerprint`), without inductor's own CUDA graphs
     (``mode="max-autotune-no-cudagraphs"`` if the options asked for autotuning, else the default mode), run under
@@ -493,7 +501,11 @@ def compiled_call(model: PreTrainedModel, options: dict) -> Callable:
     ``options={"freezing": True}`` (``CompileConfig(options=...)``) the weights are frozen into the graphs, which lets
     inductor concatenate the GEMMs that read one input (q/k/v, gate/up; the graphs then hold those weights a second
     time, and weights loaded in place later, by ``load_state_dict``, do not reach them: delete
-    ``model._flashspec_compiled``)."""
+    ``model._flashspec_compiled``). A ``prefill`` forward compiles on a code object of its own, and the width of its
+    ``input_ids``, ``position_ids`` (dimension 1) and 4D ``attention_mask`` (dimension 2) is marked dynamic unless
+    the options set ``dynamic``, so that one graph serves every prompt length of a batch size and capacity: a static
+    width is one graph per prefill bucket, and ``dynamic=True`` gives equal sizes one symbol (a first prefill of 64
+    columns and heads of 64 dimensions: the width is then tied to the heads', and a 128-column prefill recompiles)."""
     options = dict(options)
     mode = "max-autotune-no-cudagraphs" if "autotune" in str(options.pop("mode", "")) else None
     weights = parameters_fingerprint([model])
@@ -501,12 +513,17 @@ def compiled_call(model: PreTrainedModel, options: dict) -> Callable:
     if kept_for != weights:  # a frozen graph holds the old weights as constants
         compiled = {}
     model.__dict__["_flashspec_compiled"] = weights, compiled
-    key = repr((mode, sorted(options.items())))
+    key = repr((mode, sorted(options.items()), prefill))
     if key not in compiled:
         forward = torch.compile(_model_forward_of_its_own(), mode=mode, **options)
         freezing = bool((options.get("options") or {}).get("freezing"))
+        widths = ({"input_ids": 1, "position_ids": 1, "attention_mask": 2}
+                  if prefill and options.get("dynamic") is None else {})
 
         def call(**kwargs):
+            for name, dim in widths.items():
+                if kwargs.get(name) is not None:
+                    torch._dynamo.maybe_mark_dynamic(kwargs[name], dim)
             with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT), _freezing(freezing):
                 return forward(model, **kwargs)
 

@@ -18,13 +18,15 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast 
 import flashspec_hf  # noqa: E402,F401  (installs the generate flag)
 
 
-def tiny_llama(layers: int = 2, vocab: int = 97, seed: int = 0, peak: float = 1.0, eos: int | None = 2) -> LlamaForCausalLM:
-    """A random Llama; ``peak`` scales the LM head so next-token distributions are far from uniform."""
+def tiny_llama(layers: int = 2, vocab: int = 97, seed: int = 0, peak: float = 1.0, eos: int | None = 2,
+               hidden: int = 32) -> LlamaForCausalLM:
+    """A random Llama (4 query heads, 2 key-value heads of ``hidden / 4`` dimensions); ``peak`` scales the LM head so
+    next-token distributions are far from uniform."""
     torch.manual_seed(seed)
     config = LlamaConfig(
         vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,

@@ -168,11 +168,12 @@ def test_the_demo_table_fits_a_terminal_with_every_figure():
     setup = {"target": "/root/.cache/flashspec_hf/SmolLM2-135M-Instruct", "device": "cpu", "dtype": "float32",
              "num_assistant_tokens": 4, "selector": "cost_aware_discounted_thompson (one for all prompts)",
              "max_new_tokens": 48, "torch": "2.13.0+cpu", "transformers": "5.24.0", "omp_wait_policy": "PASSIVE",
-             "load_average_before_after": [1.23, 0.98]}
+             "load_average_before_after": [1.23, 0.98], "warm_up_call_seconds": [3.21, 4.56]}
     for greedy in (True, False):
         lines = demo.format_table(rows, setup, greedy=greedy).splitlines()
         assert max(map(len, lines)) <= 100
-        assert "OpenMP threads wait passively, 1-min load average 1.23 before, 0.98 after" in " ".join(lines)
+        assert ("OpenMP threads wait passively, 1-min load average 1.23 before, 0.98 after; untimed warm-up calls "
+                "3.2 s plain, 4.6 s flashspec") in " ".join(lines)
         table = [line.split() for line in lines[lines.index("") + 2:]]
         assert len(table) == len(rows) * len(arms)  # one line per domain × arm
         for i, row in enumerate(rows):

@@ -28,6 +28,8 @@ def test_demo_json_on_real_prompts(tmp_path, capsys):
     assert "prompt_lookup" in domains["all"]["arm_share"]
     assert len(out["prompts"]) == 2 and all(p["divergence"] is None for p in out["prompts"])
     assert out["setup"]["selector"] == "cost_aware_discounted_thompson (one for all prompts)"
+    assert [p["warm_up_call_seconds"] is None for p in out["prompts"]] == [False, True]  # on the CPU, the first prompt
+    assert min(out["setup"]["warm_up_call_seconds"]) > 0
     table = format_table(out["summary"], out["setup"], greedy=True)
     assert "code" in table and "2/2" in table
 

@@ -6,6 +6,7 @@ import json
 import re
 
 import pytest
+import torch
 from datasets import Dataset, DatasetDict
 
 import flashspec_hf
@@ -287,3 +288,31 @@ def test_a_selector_instance_learns_across_prompts(target, assistants, tokenizer
     assert sum(selector.chosen) == sum(p["steps"] for p in report.prompts)  # every prompt's steps, not the last's
     assert report.setup["selector"] == "cost_aware_discounted_thompson (one for all prompts)"
     assert selector.discount == 0.99 and selector.cost_aware
+
+
+def test_the_warm_up_has_the_runs_settings_and_leaves_the_random_state(monkeypatch, target, assistants, tokenizer):
+    """The untimed warm-up calls run with the run's settings (flashspec's with a copy of its selector): on CUDA the
+    static loop's graphs follow max_new_tokens and the sampling settings, and a warm-up with others left their
+    compilation to the first timed prompt (minutes on an H100). They restore the random state, so the timed calls of
+    a seeded run sample what they would without them. On the CPU only the first prompt is warmed up."""
+    calls = []
+    generate = target.generate
+
+    def recording(*args, **kwargs):
+        calls.append(({k: v for k, v in kwargs.items() if k not in ("input_ids", "attention_mask")},
+                      torch.random.get_rng_state()))
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(target, "generate", recording)
+    selector = flashspec_hf.SELECTORS["cost_aware_discounted_thompson"]()
+    data = Dataset.from_dict({"prompt": PROMPTS[:2]})
+    report = evaluate(target, tokenizer, assistants, data, max_new_tokens=6, do_sample=True, temperature=0.7,
+                      gamma=3, selector=selector, progress=False)
+    (warm_plain, seeded), (warm_flash, _), (plain, after_warm_up), (flash, _), *second = calls
+    assert len(second) == 2, "the second prompt is not warmed up on the CPU"
+    assert warm_plain == plain and torch.equal(seeded, after_warm_up)
+    assert warm_flash.pop("selector") is not selector and flash.pop("selector") is selector
+    assert warm_flash == flash
+    first, rest = report.prompts
+    assert len(first["warm_up_call_seconds"]) == 2 and min(first["warm_up_call_seconds"]) > 0
+    assert rest["warm_up_call_seconds"] is None

@@ -570,9 +570,11 @@ def test_joint_distribution_with_early_exit_drafts_in_the_targets_cache(monkeypa
 def test_a_second_static_call_compiles_nothing(monkeypatch, few_row_products):
     """With compiled forwards and capacities rounded as on CUDA (CUDA's static loop, here on the CPU without graphs),
     every graph a set-up needs is compiled in its first call: prefills of the target and of a draft model with a
-    cache of its own, early-exit and draft-model steps. A later call with longer prompts in the same prefill bucket
-    compiles nothing (a compile there costs a user tens of seconds on the H200). With the CPU's few-row products on
-    or off: compiled forwards keep stock's ``linear``, which inductor lowers (it cannot lower MKL's packed one)."""
+    cache of its own, early-exit and draft-model steps. A later call with longer prompts compiles nothing, in the same
+    prefill bucket or in a wider one, at batch 3 and at batch 1 (prefills compile with a dynamic width; with a static
+    one a wider bucket compiled a graph per model: 61 s on an H100 for SmolLM2-135M fp32 and its three drafts). With
+    the CPU's few-row products on or off: compiled forwards keep stock's ``linear``, which inductor lowers (it cannot
+    lower MKL's packed one)."""
     monkeypatch.setenv("FLASHSPEC_FEW_ROW_PRODUCTS", few_row_products)
     from torch._dynamo.utils import counters
 
@@ -585,17 +587,22 @@ def test_a_second_static_call_compiles_nothing(monkeypatch, few_row_products):
     monkeypatch.setattr(backend, "options_for", lambda self, model: {})
     rounded = backend.capacity
     monkeypatch.setattr(backend, "capacity", lambda self, *a: -(-rounded(self, *a) // 128) * 128)
-    target = tiny_llama(layers=3, seed=0, peak=8.0)
-    drafts = [*early_exit_assistants(target, (1,)), tiny_llama(layers=1, vocab=101, seed=5, peak=8.0)]
+    # heads of 64 dimensions, as SmolLM2's and TinyLlama's: the first prefill feeds as many columns
+    target = tiny_llama(layers=3, seed=0, peak=8.0, hidden=256)
+    drafts = [*early_exit_assistants(target, (1,)), tiny_llama(layers=1, vocab=101, seed=5, peak=8.0, hidden=256)]
     kw = dict(max_new_tokens=12, num_assistant_tokens=3, selector="round_robin", **STATIC)
     before = counters["stats"]["unique_graphs"]
     _flash(target, drafts, PROMPTS, **kw)
     graphs = counters["stats"]["unique_graphs"]
     assert graphs > before, "the forwards were compiled"
     longer = [row + row[:3] for row in PROMPTS]  # [B, L + 3]: same 64-column prefill, same capacity
-    got = _flash(target, drafts, longer, **kw)
-    assert counters["stats"]["unique_graphs"] == graphs
-    assert_rows_equal_stock(target, longer, got, 12)
+    wider = [row * 10 for row in PROMPTS]  # [B, 10 L]: a 128-column prefill, same capacity
+    _flash(target, drafts, PROMPTS[:1], **kw)  # batch 1, whose graphs are its own (dynamo specialises size 1)
+    graphs = counters["stats"]["unique_graphs"]
+    for rows in (longer, wider, longer[:1], wider[:1]):
+        got = _flash(target, drafts, rows, **kw)
+        assert counters["stats"]["unique_graphs"] == graphs
+        assert_rows_equal_stock(target, rows, got, 12)
 
 
 def test_a_replayed_prefill_computes_each_calls_own_prefill(monkeypatch):

@@ -38,6 +38,24 @@ def _timed_generate(model: PreTrainedModel, inputs: dict, **kwargs) -> tuple[tor
     return out, time.perf_counter() - start
 
 
+def _warm_up(target: PreTrainedModel, inputs: dict, assistants: list[PreTrainedModel], plain_kwargs: dict,
+             generate_kwargs: dict, flash_only: set[str]) -> list[float]:
+    """One untimed call of each engine on ``inputs`` with the run's settings (a selector instance copied: it would
+    learn; the random state restored after, so a seeded run samples what it would without them): before the first
+    prompt, and on CUDA before every prompt. What a set-up does once then stays out of the timed calls: a cost-aware
+    selector's calibration (1.4 s on this project's CPU) and, on CUDA, compiling and capturing the static loop's
+    graphs for the prompt's capacity (:meth:`~flashspec_hf.backends.StaticBackend.capacity`: the prompt,
+    ``max_new_tokens`` and a few steps' columns, rounded up to 128; on an H100 on 2026-12-07 a 4-token warm-up left
+    a 179 s compilation to the first timed call). Returns the wall seconds of the plain and the flashspec call."""
+    models = [target, *assistants]  # assistants may include prompt lookup, which has no device
+    devices = sorted({str(m.device) for m in models if getattr(m, "device", None) and m.device.type == "cuda"})
+    with torch.random.fork_rng(devices=devices):
+        _, plain_s = _timed_generate(target, inputs, **plain_kwargs)
+        warm_flash = {k: copy.deepcopy(v) if k in flash_only else v for k, v in generate_kwargs.items()}
+        _, flash_s = _timed_generate(target, inputs, assistant_models=assistants, flashspec=True, **warm_flash)
+    return [plain_s, flash_s]
+
+
 def compare_on_prompts(
     target: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -61,22 +79,19 @@ def compare_on_prompts(
         seconds) of each engine (``plain_*``, ``flash_*``), ``identical`` (bool), ``divergence`` (see
         :func:`first_divergence`; None when sampling), ``steps``, ``accepted`` (accepted draft tokens per step),
         ``arms`` (arm per step), ``step_gammas`` (draft tokens per step), ``arm_names``, ``gamma``, ``arm_gammas``
-        (γ per arm).
+        (γ per arm), ``warm_up_call_seconds`` (wall seconds of the untimed warm-up calls before the prompt's timed
+        ones, ``[plain, flashspec]``, or None: see :func:`_warm_up`).
     """
     flash_only = {"num_assistant_tokens", "selector"}
     sampled = bool(generate_kwargs.get("do_sample"))  # outputs differ by chance: no divergence to explain
     plain_kwargs = {k: v for k, v in generate_kwargs.items() if k not in flash_only}
-    warm = tokenizer(prompts[0]["prompt"], return_tensors="pt").to(target.device)
-    target.generate(**warm, max_new_tokens=4, do_sample=False)  # warm-up: allocator, kernels, caches
-    # flashspec's warm-up has the run's arms, so that a cost-aware selector's calibration (once per set-up; 1.4 s
-    # on this project's CPU) is not timed with the first prompt; a selector instance is copied (it would learn)
-    warm_flash = {k: copy.deepcopy(v) for k, v in generate_kwargs.items() if k in flash_only}
-    target.generate(**warm, max_new_tokens=4, do_sample=False, assistant_models=assistants, flashspec=True,
-                    **warm_flash)
     results = []
-    for row in tqdm(prompts, desc="prompts", disable=not progress):
+    for i, row in enumerate(tqdm(prompts, desc="prompts", disable=not progress)):
         inputs = tokenizer(row["prompt"], return_tensors="pt").to(target.device)
         length = inputs["input_ids"].shape[1]
+        warm_up = None
+        if i == 0 or target.device.type == "cuda":
+            warm_up = _warm_up(target, inputs, assistants, plain_kwargs, generate_kwargs, flash_only)
         plain, plain_s = _timed_generate(target, inputs, **plain_kwargs)
         flash, flash_s = _timed_generate(target, inputs, assistant_models=assistants, flashspec=True, **generate_kwargs)
         stats = target.flashspec_stats
@@ -97,6 +112,7 @@ def compare_on_prompts(
                 "arm_names": stats.arm_names,
                 "gamma": stats.num_assistant_tokens,
                 "arm_gammas": stats.arm_gammas,
+                "warm_up_call_seconds": warm_up,
             }
         )
         if keep_text:
@@ -176,7 +192,8 @@ def evaluate(
     """Plain ``generate`` against flashspec on every prompt of a dataset (batch 1), with metrics per category.
 
     Every input is checked before any model runs or any file is written. Each prompt runs once with plain
-    ``generate`` and once with flashspec, with the same settings; after one warm-up of each.
+    ``generate`` and once with flashspec, with the same settings; after one untimed warm-up call of each (on CUDA
+    before every prompt: :func:`_warm_up`).
 
     Args:
         target, tokenizer: the target model and its tokenizer.
