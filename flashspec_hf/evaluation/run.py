@@ -38,8 +38,12 @@ def _timed_generate(model: PreTrainedModel, inputs: dict, **kwargs) -> tuple[tor
     return out, time.perf_counter() - start
 
 
+FLASH_ONLY = frozenset({"num_assistant_tokens", "selector"})
+"""``generate`` arguments of flashspec's calls only (:func:`compare_on_prompts` leaves them out of plain ones)."""
+
+
 def _warm_up(target: PreTrainedModel, inputs: dict, assistants: list[PreTrainedModel], plain_kwargs: dict,
-             generate_kwargs: dict, flash_only: set[str]) -> list[float]:
+             generate_kwargs: dict) -> list[float]:
     """One untimed call of each engine on ``inputs`` with the run's settings (a selector instance copied: it would
     learn; the random state restored after, so a seeded run samples what it would without them): before the first
     prompt, and on CUDA before every prompt. What a set-up does once then stays out of the timed calls: a cost-aware
@@ -51,7 +55,7 @@ def _warm_up(target: PreTrainedModel, inputs: dict, assistants: list[PreTrainedM
     devices = sorted({str(m.device) for m in models if getattr(m, "device", None) and m.device.type == "cuda"})
     with torch.random.fork_rng(devices=devices):
         _, plain_s = _timed_generate(target, inputs, **plain_kwargs)
-        warm_flash = {k: copy.deepcopy(v) if k in flash_only else v for k, v in generate_kwargs.items()}
+        warm_flash = {k: copy.deepcopy(v) if k in FLASH_ONLY else v for k, v in generate_kwargs.items()}
         _, flash_s = _timed_generate(target, inputs, assistant_models=assistants, flashspec=True, **warm_flash)
     return [plain_s, flash_s]
 
@@ -82,16 +86,15 @@ def compare_on_prompts(
         (γ per arm), ``warm_up_call_seconds`` (wall seconds of the untimed warm-up calls before the prompt's timed
         ones, ``[plain, flashspec]``, or None: see :func:`_warm_up`).
     """
-    flash_only = {"num_assistant_tokens", "selector"}
     sampled = bool(generate_kwargs.get("do_sample"))  # outputs differ by chance: no divergence to explain
-    plain_kwargs = {k: v for k, v in generate_kwargs.items() if k not in flash_only}
+    plain_kwargs = {k: v for k, v in generate_kwargs.items() if k not in FLASH_ONLY}
     results = []
     for i, row in enumerate(tqdm(prompts, desc="prompts", disable=not progress)):
         inputs = tokenizer(row["prompt"], return_tensors="pt").to(target.device)
         length = inputs["input_ids"].shape[1]
         warm_up = None
         if i == 0 or target.device.type == "cuda":
-            warm_up = _warm_up(target, inputs, assistants, plain_kwargs, generate_kwargs, flash_only)
+            warm_up = _warm_up(target, inputs, assistants, plain_kwargs, generate_kwargs)
         plain, plain_s = _timed_generate(target, inputs, **plain_kwargs)
         flash, flash_s = _timed_generate(target, inputs, assistant_models=assistants, flashspec=True, **generate_kwargs)
         stats = target.flashspec_stats
