@@ -29,7 +29,8 @@
 #      and (*_k1) every step (e2e_split_draft)
 #   7. heldout: flashspec-demo's settings (fp32, greedy, 48 new tokens, one default selector) on the prompts of
 #      domains no draft saw (docs prose, stdlib code, raw text), twice: the speed issue's "never slower than plain"
-#      on the GPU (heldout_<run>.json); needs `datasets`' wheels carried in .carry/w (the stage says how)
+#      on the GPU (heldout_<run>.json; dynamo's recompiles in heldout.log); needs `datasets`' wheels carried in
+#      .carry/w (the stage says how)
 #   8. benchmarks/kernel_tune on KERNEL_TUNE_CASES (batch:vocab pairs), when set
 # STAGES (default "kernel tests qwen smollm2 domains tiny") picks and orders them (SmolLM2's grid and domain_bench are
 # `smollm2` and `domains`). Each stage logs to /tmp/gs/<stage>.log, skipped stages to /tmp/gs/pipeline.log;
@@ -88,8 +89,10 @@ heldout() {  # the CPU demo's settings on domains no draft saw (docs prose, stdl
     # wheels carried in .carry/w (pip download --no-deps datasets dill multiprocess xxhash, cp312 manylinux)
     python3 -c "import datasets" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --target /tmp/pylib .carry/w/*.whl
     export PYTHONPATH=/tmp/pylib${PYTHONPATH:+:$PYTHONPATH}
+    # dynamo's recompiles and the guards that caused them go to heldout.log (at 09a3bba a prefill as wide as its
+    # capacity recompiled on CUDA only)
     for run in 1 2; do
-      python3 -m flashspec_hf.demo --prompts benchmarks/results/demo_cpu_2026-12-01/heldout_prompts.jsonl \
+      TORCH_LOGS=recompiles python3 -m flashspec_hf.demo --prompts benchmarks/results/demo_cpu_2026-12-01/heldout_prompts.jsonl \
         --raw-prompts --num-prompts "${HELDOUT_PROMPTS:-3}" --json >"/tmp/gs/heldout_$run.json"
     done
   ) >/tmp/gs/heldout.log 2>&1
