@@ -8,8 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 stage() { echo "[install] $*"; }
 # pip, without the warning it repeats for every local package folder its configuration names and this machine lacks
-# ("Location '...' is ignored": about a hundred lines on this project's machines, harmless); its exit status kept
-pip() { python -m pip "$@" 2> >(grep -v "^WARNING: Location '.*' is ignored" >&2); }
+# ("Location '...' is ignored": about a hundred lines on this project's machines, harmless). Its stderr goes through
+# grep in the pipeline (pipefail keeps pip's exit status; grep finishes before the function returns, so an error line
+# comes before the next stage's); its stdout stays where the caller sent it (fd 3)
+pip() { { python -m pip "$@" 2>&1 1>&3 3>&- | { grep --line-buffered -v "^WARNING: Location '.*' is ignored" >&2 || true; }; } 3>&1; }
 if [ -x .venv/bin/python ]; then
   stage "using the virtual environment .venv"
 else
