@@ -29,8 +29,8 @@
 #      and (*_k1) every step (e2e_split_draft)
 #   7. heldout: flashspec-demo's settings (fp32, greedy, 48 new tokens, one default selector) on the prompts of
 #      domains no draft saw (docs prose, stdlib code, raw text), twice: the speed issue's "never slower than plain"
-#      on the GPU (heldout_<run>.json; dynamo's recompiles and specialisations in heldout.log); needs `datasets`' wheels carried in
-#      .carry/w (the stage says how)
+#      on the GPU (heldout_<run>.json; dynamo's recompiles and specialisations in heldout.log); needs `datasets`'
+#      wheels carried in .carry/w (the stage says how)
 #   8. benchmarks/kernel_tune on KERNEL_TUNE_CASES (batch:vocab pairs), when set
 # STAGES (default "kernel tests qwen smollm2 domains tiny") picks and orders them (SmolLM2's grid and domain_bench are
 # `smollm2` and `domains`). Each stage logs to /tmp/gs/<stage>.log, skipped stages to /tmp/gs/pipeline.log;
@@ -51,7 +51,9 @@ kernel() {
   python3 -m benchmarks.kernel_bench --out /tmp/gs ${KERNEL_ARGS:---batches 1,64 --gammas 4 --vocabs 32000,262144} \
     >/tmp/gs/kernel_bench.log 2>&1
 }
-tests() { python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py ${TESTS_K:+-k "$TESTS_K"} >/tmp/gs/test_gpu.log 2>&1; }
+tests() {
+  python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py ${TESTS_K:+-k "$TESTS_K"} >/tmp/gs/test_gpu.log 2>&1
+}
 qwen() {
   wait_for /tmp/convert.done "${CONVERT_WAIT:-600}" || return
   ( . draft_release/gpu_qwen_env.sh
@@ -87,13 +89,15 @@ heldout() {  # the CPU demo's settings on domains no draft saw (docs prose, stdl
   ( . benchmarks/gpu_smollm2_env.sh
     # the CLI reads prompt files through `datasets`, which the GPU machine lacks (pyarrow and pandas it has): the
     # wheels carried in .carry/w (pip download --no-deps datasets dill multiprocess xxhash, cp312 manylinux)
-    python3 -c "import datasets" 2>/dev/null || python3 -m pip install -q --no-index --no-deps --target /tmp/pylib .carry/w/*.whl
+    python3 -c "import datasets" 2>/dev/null \
+      || python3 -m pip install -q --no-index --no-deps --target /tmp/pylib .carry/w/*.whl
     export PYTHONPATH=/tmp/pylib${PYTHONPATH:+:$PYTHONPATH}
     # dynamo's recompiles, the guards that caused them and where a dynamic size was specialised go to heldout.log
     # (at 09a3bba a prefill as wide as its capacity compiled again on CUDA only)
     for run in 1 2; do
-      TORCH_LOGS=recompiles,dynamic python3 -m flashspec_hf.demo --prompts benchmarks/results/demo_cpu_2026-12-01/heldout_prompts.jsonl \
-        --raw-prompts --num-prompts "${HELDOUT_PROMPTS:-3}" --json >"/tmp/gs/heldout_$run.json"
+      TORCH_LOGS=recompiles,dynamic python3 -m flashspec_hf.demo \
+        --prompts benchmarks/results/demo_cpu_2026-12-01/heldout_prompts.jsonl --raw-prompts \
+        --num-prompts "${HELDOUT_PROMPTS:-3}" --json >"/tmp/gs/heldout_$run.json"
     done
   ) >/tmp/gs/heldout.log 2>&1
 }

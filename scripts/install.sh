@@ -11,7 +11,10 @@ stage() { echo "[install] $*"; }
 # ("Location '...' is ignored": about a hundred lines on this project's machines, harmless). Its stderr goes through
 # grep in the pipeline (pipefail keeps pip's exit status; grep finishes before the function returns, so an error line
 # comes before the next stage's); its stdout stays where the caller sent it (fd 3)
-pip() { { python -m pip "$@" 2>&1 1>&3 3>&- | { grep --line-buffered -v "^WARNING: Location '.*' is ignored" >&2 || true; }; } 3>&1; }
+pip() {
+  { python -m pip "$@" 2>&1 1>&3 3>&- \
+      | { grep --line-buffered -v "^WARNING: Location '.*' is ignored" >&2 || true; }; } 3>&1
+}
 if [ -x .venv/bin/python ]; then
   stage "using the virtual environment .venv"
 else
