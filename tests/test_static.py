@@ -408,6 +408,33 @@ def test_compiled_forwards_equal_eager_ones_and_keep_their_graphs_off_module_cal
         assert not _debug_get_cache_entry_list(code), f"graphs kept on {code.co_filename}:{code.co_firstlineno}"
 
 
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_compiled_prefill_reads_rows_as_wide_as_it_feeds(batch):
+    """A compiled prefill's ``input_ids`` and ``position_ids`` have row stride = their width, whatever the capacity
+    and at B = 1 too, where ``.contiguous()`` of the columns' slice kept the capacity's stride ``N`` (a one-row tensor
+    counts as contiguous). Dynamo makes that stride a symbol and, on torch 2.11 with transformers 5.17, guarded on
+    the width being below it: a prefill as wide as its capacity compiled every model's prefill again on the GPU (65 s
+    on an H100, 2026-12-07); on this machine's versions the guard is not added, so the strides are checked."""
+    from flashspec_hf.runners import StaticRunner
+
+    capacity, fed = 96, []
+    runner = StaticRunner(tiny_llama(layers=1, seed=1), 97, batch, capacity, torch.device("cpu"), {"backend": "eager"})
+    compiled = runner.compiled_prefill
+
+    def recording(**kwargs):
+        fed.append([(tuple(kwargs[name].shape), kwargs[name].stride()) for name in ("input_ids", "position_ids")])
+        return compiled(**kwargs)
+
+    runner.compiled_prefill = recording
+    for width in (10, 70):  # fed 64 columns, then 96: the capacity
+        ids = torch.randint(3, 97, (batch, width))
+        columns = Columns(ids, torch.ones_like(ids), capacity, 8, Buffers(torch.device("cpu")), track_host_length=False,
+                          dense=True)
+        with torch.no_grad():
+            runner.prefill(columns, width)
+    assert fed == [[((batch, w), (w, 1))] * 2 for w in (64, capacity)]
+
+
 def test_a_draft_models_keeps_cost_no_compiled_graphs():
     """Compiled, a draft model's wide forwards in a static step keep logits of different columns: its last one to
     catch up, γ to keep current with side evidence, none without. Once the model has its graphs for one column and
