@@ -35,6 +35,8 @@ class DraftContext:
         process: generate's processors for one position of draft logits.
         vocab_size: the target's vocabulary size ``V``.
         do_sample: sample drafts from ``q`` (True) or take its argmax.
+        plain_greedy: greedy with no processors: a draft model's token is the argmax of its own logits, and ``q`` on
+            the target's vocabulary is never built (nothing reads it).
         fewer_drafts: a source may draft fewer than the arm's γ tokens in a step, down to none (the dynamic backend;
             a captured step's shapes are fixed).
         side_stream: where a source may run work beside its own, joining it before the step goes on
@@ -48,6 +50,7 @@ class DraftContext:
     do_sample: bool
     fewer_drafts: bool = False
     side_stream: torch.cuda.Stream | None = None
+    plain_greedy: bool = False
 
 
 class DraftSource(ABC):
@@ -129,11 +132,14 @@ class ModelDrafts(DraftSource):
         drafts = columns.tokens[:, :0]  # [B, i] drawn so far
         scores = []
         for i in range(gamma):
-            q = ctx.process(self.fit(logits).float().to(columns.tokens.device), drafts)  # [B, 1, V]
-            token = draw(q[:, 0], ctx.do_sample)  # [B, 1]
+            if ctx.plain_greedy:  # a reduced head's argmax, without a [B, 1, V] tensor of -inf around it
+                token = self.greedy(logits).to(columns.tokens.device)  # [B, 1]
+            else:
+                q = ctx.process(self.fit(logits).float().to(columns.tokens.device), drafts)  # [B, 1, V]
+                token = draw(q[:, 0], ctx.do_sample)  # [B, 1]
+                scores.append(q)
             columns.write_drafts(token, offset=i)
             drafts = torch.cat([drafts, token], dim=1)
-            scores.append(q)
             if i + 1 < gamma:
                 logits = self.runner.forward(columns, 1, keep=1)
         return drafts, torch.cat(scores, dim=1) if ctx.do_sample else None  # [B, γ], [B, γ, V]

@@ -278,6 +278,37 @@ def test_reduced_draft_head_guesses_map_to_token_ids():
     assert drafts.prompt_guesses(ctx, range(0, 3)).tolist() == [[50, 7, 9]]
 
 
+@settings(max_examples=40, deadline=None)
+@given(batch=st.integers(1, 3), gamma=st.integers(1, 5), draft_vocab=st.sampled_from([40, 97, 120]),
+       reduced=st.booleans(), seed=st.integers(0, 2**16))
+def test_plain_greedy_drafts_are_the_argmax_of_the_scores_it_skips(batch, gamma, draft_vocab, reduced, seed):
+    """Greedy with no processors (``DraftContext.plain_greedy``), a draft model's tokens are the argmax of its own
+    logits mapped to token ids, without its scores on the target's vocabulary: the same tokens as the argmax of
+    those scores, for a smaller, padded (entries past ``V`` large: they must never win) or reduced head
+    (``draft_vocab_ids``, not in order). Distinct logits: no ties."""
+    from types import SimpleNamespace
+
+    from flashspec_hf.drafts import DraftContext, ModelDrafts
+
+    vocab, generator = 97, torch.Generator().manual_seed(seed)
+    ids = torch.randperm(vocab, generator=generator)[:draft_vocab] if reduced and draft_vocab < vocab else None
+    logits = torch.randperm(batch * gamma * draft_vocab, generator=generator).float().view(gamma, batch, 1, -1)
+    if ids is None and draft_vocab > vocab:
+        logits[..., vocab:] += logits.numel()  # padding entries above every real one
+    proposed = []
+    for plain in (True, False):
+        steps = iter(logits)  # [B, 1, V_draft] per forward
+        runner = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(name_or_path="d")),
+                                 catch_up=lambda columns: next(steps), forward=lambda columns, w, keep: next(steps))
+        if ids is not None:
+            runner.model.draft_vocab_ids = ids
+        columns = SimpleNamespace(tokens=torch.zeros(batch, 8, dtype=torch.long), write_drafts=lambda t, offset: None)
+        ctx = DraftContext(columns, None, lambda q, drafted: q, vocab, False, plain_greedy=plain)
+        proposed.append(ModelDrafts(runner, vocab).propose(ctx, gamma)[0])  # [B, γ]
+    assert proposed[0].tolist() == proposed[1].tolist()
+    assert bool((proposed[0] < vocab).all())
+
+
 @pytest.mark.parametrize("device_map, kept", [(None, torch.Tensor), ({"": "cpu"}, torch.Tensor),
                                               ({"model.layers.0": 0, "lm_head": 1}, slice)])
 def test_prefill_keeps_the_window_by_a_slice_on_a_split_model(device_map, kept):
