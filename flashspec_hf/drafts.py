@@ -170,7 +170,8 @@ class ModelDrafts(DraftSource):
 
     def greedy(self, logits: torch.Tensor) -> torch.Tensor:
         """The draft's greedy tokens int64 ``[...]`` (target ids) from its logits ``[..., V_draft]``: the argmax of
-        :meth:`fit`, without building it."""
+        :meth:`fit`, without building it (on a tie, the same token where ``draft_vocab_ids`` is sorted, as the
+        bundled drafts' are; else the first tied entry of the reduced head)."""
         ids = logits[..., : self.vocab_size].argmax(dim=-1)  # entries past the target's V never win
         return ids if self.token_ids is None else self.token_ids[ids]
 
