@@ -99,16 +99,21 @@ class Columns:
         index = (start.reshape(-1, 1) + self.index[:width]).expand(self.tokens.shape[0], -1)  # [B, w]
         return self.tokens.gather(1, index), self.positions.gather(1, index)
 
-    def write_drafts(self, drafts: torch.Tensor, offset: int = 0) -> None:
-        """Place draft tokens int64 ``[B, k]`` (numbers ``offset … offset + k - 1`` of the step) at columns
-        ``[T + offset, T + offset + k)``, valid, at consecutive positions after the pending token."""
-        batch_size, k = drafts.shape
-        steps = offset + 1 + self.index[:k]  # [k]
-        index = self.length.unsqueeze(1) + offset + self.index[:k]  # [B, k]
-        positions = (self.pending_position.unsqueeze(1) + steps).clamp(max=self.max_position)  # [B, k]
-        self.tokens.scatter_(1, index, drafts)
+    def draft_slots(self, k: int) -> torch.Tensor:
+        """Make the step's draft columns ``[T, T + k)`` valid, at consecutive positions after the pending token, for
+        :meth:`write_drafts` to fill; returns their indices int64 ``[B, k]``. A source that drafts token by token
+        opens them once (each query attends only to columns up to its own, so the later ones, not yet written, are
+        never read)."""
+        index = self.length.unsqueeze(1) + self.index[:k]  # [B, k]
+        positions = (self.pending_position.unsqueeze(1) + 1 + self.index[:k]).clamp(max=self.max_position)  # [B, k]
         self.valid.scatter_(1, index, True)
         self.positions.scatter_(1, index, positions)
+        return index
+
+    def write_drafts(self, drafts: torch.Tensor, slots: torch.Tensor | None = None) -> None:
+        """Place draft tokens int64 ``[B, k]`` in the step's first ``k`` draft columns (:meth:`draft_slots`), or in
+        ``slots`` int64 ``[B, k]``, columns that :meth:`draft_slots` opened."""
+        self.tokens.scatter_(1, self.draft_slots(drafts.shape[1]) if slots is None else slots, drafts)
 
     def commit(self, output: torch.Tensor, num_accepted: torch.Tensor, width: int, holes: bool = True,
                frozen: torch.Tensor | None = None) -> None:

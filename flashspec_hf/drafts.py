@@ -129,20 +129,21 @@ class ModelDrafts(DraftSource):
     def propose(self, ctx: DraftContext, gamma: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         columns = ctx.columns
         logits = self.runner.catch_up(columns)  # [B, 1, V_draft]
-        drafts = columns.tokens[:, :0]  # [B, i] drawn so far
-        scores = []
+        slots = columns.draft_slots(gamma)  # [B, γ]
+        tokens, scores = [], []  # [B, 1] each
         for i in range(gamma):
             if ctx.plain_greedy:  # a reduced head's argmax, without a [B, 1, V] tensor of -inf around it
                 token = self.greedy(logits).to(columns.tokens.device)  # [B, 1]
             else:
-                q = ctx.process(self.fit(logits).float().to(columns.tokens.device), drafts)  # [B, 1, V]
+                drawn = torch.cat(tokens, dim=1) if tokens else columns.tokens[:, :0]  # [B, i]
+                q = ctx.process(self.fit(logits).float().to(columns.tokens.device), drawn)  # [B, 1, V]
                 token = draw(q[:, 0], ctx.do_sample)  # [B, 1]
                 scores.append(q)
-            columns.write_drafts(token, offset=i)
-            drafts = torch.cat([drafts, token], dim=1)
+            columns.write_drafts(token, slots[:, i : i + 1])
+            tokens.append(token)
             if i + 1 < gamma:
                 logits = self.runner.forward(columns, 1, keep=1)
-        return drafts, torch.cat(scores, dim=1) if ctx.do_sample else None  # [B, γ], [B, γ, V]
+        return torch.cat(tokens, dim=1), torch.cat(scores, dim=1) if ctx.do_sample else None  # [B, γ], [B, γ, V]
 
     def predict(self, ctx: DraftContext, num_new_before: torch.Tensor, width: int) -> torch.Tensor:
         # the pending column stays unseen: the next draft forward needs one input column (dynamic runners only)

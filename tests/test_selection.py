@@ -302,7 +302,8 @@ def test_plain_greedy_drafts_are_the_argmax_of_the_scores_it_skips(batch, gamma,
                                  catch_up=lambda columns: next(steps), forward=lambda columns, w, keep: next(steps))
         if ids is not None:
             runner.model.draft_vocab_ids = ids
-        columns = SimpleNamespace(tokens=torch.zeros(batch, 8, dtype=torch.long), write_drafts=lambda t, offset: None)
+        columns = SimpleNamespace(tokens=torch.zeros(batch, 8, dtype=torch.long), write_drafts=lambda t, slots: None,
+                                  draft_slots=lambda k: torch.zeros(batch, k, dtype=torch.long))
         ctx = DraftContext(columns, None, lambda q, drafted: q, vocab, False, plain_greedy=plain)
         proposed.append(ModelDrafts(runner, vocab).propose(ctx, gamma)[0])  # [B, γ]
     assert proposed[0].tolist() == proposed[1].tolist()
