@@ -12,7 +12,8 @@
 #      (stock eager, stock static, default), bf16 at QWEN_BATCHES (stock static, default), code and chat prompts
 #   4. SmolLM2-135M (once /tmp/gguf/s0, s1 and its drafts are there): stock static and default at SMOLLM2_BATCHES
 #      (1,8,32,64; SMOLLM2_ENGINES, SMOLLM2_ARGS) within E2E_BUDGET_S (420) seconds, after a profiled B = 1 call
-#      of each of SMOLLM2_PROFILE's engines when set (e.g. fixed,default: e2e_smollm2_b1_profile*); then
+#      of each of SMOLLM2_PROFILE's engines when set (e.g. fixed,default: e2e_smollm2_b1_profile*; SMOLLM2_PROFILE_ARGS,
+#      e.g. --fixed-arm -1 for prompt lookup alone as `fixed`); then
 #      benchmarks/domain_bench (real prompts, B = 1, EOS on: default against every arm alone; DOMAIN_ARGS, default
 #      --num-prompts 6)
 #   5. the TinyLlama-shape e2e grid: TINY_ENGINES (stock static, fixed and default; e.g. static_frozen, fixed_frozen:
@@ -73,7 +74,7 @@ smollm2() {
   smollm2_ready || return
   ( . benchmarks/gpu_smollm2_env.sh
     [ -n "${SMOLLM2_PROFILE:-}" ] && e2e --target smollm2 --batches 1 --engines "$SMOLLM2_PROFILE" --repeats 1 \
-      --profile --name e2e_smollm2_b1
+      --profile --name e2e_smollm2_b1 ${SMOLLM2_PROFILE_ARGS:-}
     e2e --target smollm2 --batches "${SMOLLM2_BATCHES:-1,8,32,64}" --engines ${SMOLLM2_ENGINES:-static,default} \
       --repeats 2 --budget-s "${E2E_BUDGET_S:-420}" --name e2e_smollm2 ${SMOLLM2_ARGS:-}
   ) >/tmp/gs/smollm2.log 2>&1
