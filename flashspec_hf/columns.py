@@ -99,12 +99,16 @@ class Columns:
         index = (start.reshape(-1, 1) + self.index[:width]).expand(self.tokens.shape[0], -1)  # [B, w]
         return self.tokens.gather(1, index), self.positions.gather(1, index)
 
+    def draft_index(self, k: int) -> torch.Tensor:
+        """Indices int64 ``[B, k]`` of the step's draft columns ``[T, T + k)``."""
+        return self.length.unsqueeze(1) + self.index[:k]
+
     def draft_slots(self, k: int) -> torch.Tensor:
         """Make the step's draft columns ``[T, T + k)`` valid, at consecutive positions after the pending token, for
         :meth:`write_drafts` to fill; returns their indices int64 ``[B, k]``. A source that drafts token by token
         opens them once (each query attends only to columns up to its own, so the later ones, not yet written, are
         never read)."""
-        index = self.length.unsqueeze(1) + self.index[:k]  # [B, k]
+        index = self.draft_index(k)  # [B, k]
         positions = (self.pending_position.unsqueeze(1) + 1 + self.index[:k]).clamp(max=self.max_position)  # [B, k]
         self.valid.scatter_(1, index, True)
         self.positions.scatter_(1, index, positions)

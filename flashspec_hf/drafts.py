@@ -326,7 +326,7 @@ class LookupOrDraft(DraftSource):
         guesses, matched = found[0]
         use = (matched >= self.min_match).unsqueeze(1)  # [B, 1] rows that take lookup's drafts
         drafts = torch.where(use, guesses, drafts)  # [B, γ]
-        ctx.columns.write_drafts(drafts)
+        ctx.columns.write_drafts(drafts, ctx.columns.draft_index(gamma))  # the model's propose opened the columns
         runner.rewind(keep)
         if q is not None:  # lookup's rows get one-hot scores (in place: no second [B, γ, V] tensor)
             at_guess = q.gather(-1, guesses.unsqueeze(-1))  # [B, γ, 1] the model's score of lookup's token
