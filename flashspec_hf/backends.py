@@ -98,6 +98,10 @@ class Backend(ABC):
     """Whether the steps gather side evidence (:mod:`~flashspec_hf.evidence`: the static backend's greedy calls of a
     selector that takes it)."""
 
+    weights: tuple | None = None
+    """:func:`~flashspec_hf.runners.parameters_fingerprint` of the call's models (the target, then its draft models),
+    once the backend took it (the static backend's session, in :meth:`columns`); None: not taken."""
+
     def __init__(self, batch_size: int, vocab_size: int, gammas: list[int], device: torch.device):
         self.batch_size, self.vocab_size, self.gammas, self.device = batch_size, vocab_size, gammas, device
         self.buffers = Buffers(device)
@@ -242,7 +246,7 @@ class StaticBackend(Backend):
     def columns(self, input_ids, attention_mask, capacity, max_new_tokens) -> Columns:
         key = (self.batch_size, capacity, self.behind, *self.set_up)  # runners read `behind` columns again
         self.session = _kept_session(self.models[0], key, self.device, self.models)
-        self.buffers = self.session.buffers
+        self.buffers, self.weights = self.session.buffers, self.session.weights
         lead = max(0, self.behind - input_ids.shape[1])  # a draft model's catch-up reads `behind` columns back
         return Columns(input_ids, attention_mask, capacity, max_new_tokens, self.buffers, track_host_length=False,
                        lead=lead, dense=True)

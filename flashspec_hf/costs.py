@@ -56,6 +56,7 @@ REPLAYS = 8
 def arm_costs(
     target: Runner, sources: list[DraftSource], arms: list[tuple[int, int]], columns: Columns, backend: str,
     side_stream: torch.cuda.Stream | None = None, evidence: bool = False, graphed: bool = False,
+    weights: tuple | None = None,
 ) -> list[float]:
     """Step seconds of each arm, from the table kept on the target (calibrated now if this set-up has none).
 
@@ -67,16 +68,19 @@ def arm_costs(
         evidence: whether the keep-current forwards keep their logits (side evidence).
         graphed: whether the backend captures its steps as CUDA graphs: the forwards are then timed as graph
             replays, captured on the device of ``columns``.
+        weights: :func:`~flashspec_hf.runners.parameters_fingerprint` of the target and the draft models, when the
+            caller took it this call (:attr:`~flashspec_hf.backends.Backend.weights`); None: taken here (0.5 ms for
+            SmolLM2-135M and its three drafts on a 2-core CPU).
 
     Returns:
         seconds per step, one per arm.
     """
     drafts = {s: source.runner for s, source in enumerate(sources) if isinstance(source, ModelDrafts)}
     mixed = {s: sources.index(source.model) for s, source in enumerate(sources) if isinstance(source, LookupOrDraft)}
-    models = [target.model, *(runner.model for runner in drafts.values())]
+    if weights is None:
+        weights = parameters_fingerprint([target.model, *(runner.model for runner in drafts.values())])
     key = (backend, columns.tokens.shape[0], str(columns.tokens.device), tuple(type(s).__name__ for s in sources),
-           tuple(arms), parameters_fingerprint(models), rerouting(), side_stream is not None, evidence,
-           graphed, backends.KEEP_CURRENT_EVERY)
+           tuple(arms), weights, rerouting(), side_stream is not None, evidence, graphed, backends.KEEP_CURRENT_EVERY)
     kept = target.model.__dict__.setdefault("_flashspec_arm_costs", {})
     if key not in kept:
         kept[key] = _calibrate(target, drafts, mixed, arms, columns, side_stream, evidence, graphed)

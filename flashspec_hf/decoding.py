@@ -288,7 +288,7 @@ def speculative_decode(
             with record_function("flashspec.arm_costs"):
                 selector.set_costs(arm_costs(target, sources, arms, columns, type(backend).__name__,
                                              side_stream=run.side_stream, evidence=evidence is not None,
-                                             graphed=backend.graphed))
+                                             graphed=backend.graphed, weights=backend.weights))
         if window is not None:
             with record_function("flashspec.prior"):
                 selector.prior(*prompt_agreement(target, sources, arms, run.ctx, window))

@@ -60,6 +60,23 @@ def test_unsupported_features_raise(target, assistants, kwargs, what):
         _flash(target, assistants, [PROMPTS[0]], max_new_tokens=4, **STATIC, **kwargs)
 
 
+def test_a_config_changed_in_place_is_checked_again():
+    """Whether a model's cache layers are standard is kept on the model (it is asked on every CUDA call) for its
+    config as it is: a sliding window set afterwards is refused, not run on the kept answer."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    torch.manual_seed(0)
+    config = MistralConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, sliding_window=None, pad_token_id=0)
+    model = MistralForCausalLM(config).eval()
+    row = PROMPTS[0]
+    got = _flash(model, [model], [row], max_new_tokens=6, **STATIC)
+    assert torch.equal(got[0], _stock(model, row, max_new_tokens=6))
+    model.config.sliding_window = 8
+    with pytest.raises(ValueError, match="sliding-window"):
+        _flash(model, [model], [row], max_new_tokens=6, **STATIC)
+
+
 @pytest.mark.parametrize("warper", [dict(eta_cutoff=3e-4), dict(top_h=0.5)])
 def test_warpers_a_captured_step_cannot_run_are_refused(target, assistants, warper):
     """Top-h and eta check a Categorical's arguments on the host: a CUDA graph cannot capture that read."""
