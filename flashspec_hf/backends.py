@@ -100,7 +100,8 @@ class Backend(ABC):
 
     weights: tuple | None = None
     """:func:`~flashspec_hf.runners.parameters_fingerprint` of the call's models (the target, then its draft models),
-    once the backend took it (the static backend's session, in :meth:`columns`); None: not taken."""
+    set by :meth:`columns` where the backend takes it (the static backend's session; read it after that); None: not
+    taken."""
 
     def __init__(self, batch_size: int, vocab_size: int, gammas: list[int], device: torch.device):
         self.batch_size, self.vocab_size, self.gammas, self.device = batch_size, vocab_size, gammas, device

@@ -68,9 +68,10 @@ def arm_costs(
         evidence: whether the keep-current forwards keep their logits (side evidence).
         graphed: whether the backend captures its steps as CUDA graphs: the forwards are then timed as graph
             replays, captured on the device of ``columns``.
-        weights: :func:`~flashspec_hf.runners.parameters_fingerprint` of the target and the draft models, when the
-            caller took it this call (:attr:`~flashspec_hf.backends.Backend.weights`); None: taken here (0.5 ms for
-            SmolLM2-135M and its three drafts on a 2-core CPU).
+        weights: ``parameters_fingerprint([target.model, *the draft models in source order])``
+            (:func:`~flashspec_hf.runners.parameters_fingerprint`), when the caller took it this call
+            (:attr:`~flashspec_hf.backends.Backend.weights`); it keys the table, so anything else would share one
+            between set-ups. None: taken here (0.5 ms for SmolLM2-135M and its three drafts on a 2-core CPU).
 
     Returns:
         seconds per step, one per arm.
