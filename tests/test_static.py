@@ -61,8 +61,8 @@ def test_unsupported_features_raise(target, assistants, kwargs, what):
 
 
 def test_a_config_changed_in_place_is_checked_again():
-    """Whether a model's cache layers are standard is kept on the model (it is asked on every CUDA call) for its
-    config as it is: a sliding window set afterwards is refused, not run on the kept answer."""
+    """Whether a model's cache layers are standard is kept on the model (it is asked on every call that may run
+    static) for its config as it is: a sliding window set afterwards is refused, not run on the kept answer."""
     from transformers import MistralConfig, MistralForCausalLM
 
     torch.manual_seed(0)
