@@ -6,8 +6,8 @@
 # /tmp/drafts, and only poll. Writes to /tmp/gs, in the order of what the open issues still lack (the device time
 # may end first):
 #   1. the verification-kernel benchmark on the speed issue's shapes (KERNEL_ARGS), before the host gets busy
-#   2. tests/test_gpu.py (its timing does not matter: it overlaps the GGUF transfer and conversion; TESTS_K: a -k
-#      expression picking some of them, when the device time is short)
+#   2. tests/test_gpu.py, its 20 slowest tests timed (its own timing does not matter: it overlaps the GGUF transfer
+#      and conversion; TESTS_K: a -k expression picking some of them, when the device time is short)
 #   3. Qwen2.5-Coder-1.5B (once `convert` touched /tmp/convert.done, within CONVERT_WAIT seconds): NF4 at B = 1
 #      (stock eager, stock static, default), bf16 at QWEN_BATCHES (stock static, default), code and chat prompts
 #   4. SmolLM2-135M (once /tmp/gguf/s0, s1 and its drafts are there): stock static and default at SMOLLM2_BATCHES
@@ -53,7 +53,7 @@ kernel() {
     >/tmp/gs/kernel_bench.log 2>&1
 }
 tests() {
-  python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py ${TESTS_K:+-k "$TESTS_K"} >/tmp/gs/test_gpu.log 2>&1
+  python3 -m pytest -q -rs -p no:cacheprovider --durations=20 tests/test_gpu.py ${TESTS_K:+-k "$TESTS_K"} >/tmp/gs/test_gpu.log 2>&1
 }
 qwen() {
   wait_for /tmp/convert.done "${CONVERT_WAIT:-600}" || return

@@ -585,10 +585,11 @@ def has_standard_static_layers(model: PreTrainedModel) -> bool:
     """True when every layer of the model's ``StaticCache`` is a plain :class:`StaticLayer` (no sliding window,
     no linear attention): what :class:`StaticRunner` supports. Asked of every model on every call that may run
     static (every CUDA call, and every ``cache_implementation="static"`` one); the answer is kept on the model for
-    its config's attributes as they are, so a config changed in place is asked again. On a 2-core CPU (2026-12-07)
-    building the cache took 1.1 ms for SmolLM2-135M and the attributes' ``repr`` 0.03 ms (0.6 ms for a composite
-    config such as Gemma 3's, whose sub-configs print as JSON)."""
-    described = repr(vars(model.config))
+    its config's attributes as they are and the transformers version that gave it, so a config changed in place, or a
+    model unpickled under another version (whose cache layers may differ), is asked again. On a 2-core CPU
+    (2026-12-07) building the cache took 1.1 ms for SmolLM2-135M and the attributes' ``repr`` 0.03 ms (0.6 ms for a
+    composite config such as Gemma 3's, whose sub-configs print as JSON)."""
+    described = transformers.__version__, repr(vars(model.config))
     kept = model.__dict__.get("_flashspec_standard_layers")
     if kept is None or kept[0] != described:
         layers = _new_cache(StaticCache, model.config, max_cache_len=8).layers

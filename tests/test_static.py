@@ -77,6 +77,22 @@ def test_a_config_changed_in_place_is_checked_again():
         _flash(model, [model], [row], max_new_tokens=6, **STATIC)
 
 
+def test_a_model_from_another_transformers_version_is_checked_again(monkeypatch):
+    """The kept answer names the transformers version that gave it: a model unpickled under another version (whose
+    cache layers may differ) is asked again, not run on an answer about the old version's layers."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from flashspec_hf import runners
+
+    config = MistralConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, sliding_window=8, pad_token_id=0)
+    model = MistralForCausalLM(config).eval()
+    assert not runners.has_standard_static_layers(model)
+    _, described = model.__dict__["_flashspec_standard_layers"][0]
+    model.__dict__["_flashspec_standard_layers"] = ("0.0.0", described), True  # as an older version would keep it
+    assert not runners.has_standard_static_layers(model)
+
+
 @pytest.mark.parametrize("warper", [dict(eta_cutoff=3e-4), dict(top_h=0.5)])
 def test_warpers_a_captured_step_cannot_run_are_refused(target, assistants, warper):
     """Top-h and eta check a Categorical's arguments on the host: a CUDA graph cannot capture that read."""
