@@ -99,8 +99,11 @@ def generate(self, *args, flashspec: bool = False, assistant_models=None, select
             ``assistant_tokenizer``), an encoder-decoder model, an invalid γ, ``stop_strings`` without
             ``tokenizer``, a logits processor that may keep state (:mod:`flashspec_hf.processing`), or an option that
             :mod:`flashspec_hf.options` refuses (beam search, …).
-        TypeError: a draft that is neither a causal LM nor a :class:`~flashspec_hf.drafts.DraftSource`.
+        TypeError: ``flashspec`` not a bool; a draft that is neither a causal LM nor a
+            :class:`~flashspec_hf.drafts.DraftSource`.
     """
+    if not isinstance(flashspec, bool):
+        raise TypeError(f"flashspec takes True or False, got {flashspec!r}")
     if not flashspec:
         given = [k for k, v in (("assistant_models", assistant_models), ("selector", selector)) if v is not None]
         if given:

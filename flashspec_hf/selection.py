@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import random
+import warnings
 from abc import ABC, abstractmethod
 
 
@@ -96,8 +97,14 @@ class Selector(ABC):
         self.costs = list(costs)
 
     def ensure(self, num_arms: int, gammas: list[int] | None = None) -> None:
-        """Reset if the selector has never been used or was used with other arms."""
+        """Reset if the selector has never been used or was used with other arms (another pool or list of γ, or a
+        batch size on the other side of 1, which adds or drops the mixed arms); warns when that forgets steps it
+        learnt from."""
         if self.num_arms != num_arms or (gammas is not None and self.gammas != list(gammas)):
+            if self.num_arms and sum(self.pulls):
+                warnings.warn(f"{type(self).__name__} learnt over {self.num_arms} arms (γ {self.gammas}) and this call "
+                              f"has {num_arms}: it starts over. Keep one selector per pool, γ list and batch size (1 "
+                              f"or more) to keep what it learns", stacklevel=2)
             self.reset(num_arms, gammas)
 
     def begin_call(self) -> None:

@@ -18,6 +18,8 @@ def test_without_the_flag_generate_is_stock(target, assistants):
     assert torch.equal(target.generate(ids, max_new_tokens=5), target.generate(ids, max_new_tokens=5, flashspec=False))
     with pytest.raises(ValueError, match="assistant_models need flashspec=True"):
         target.generate(ids, max_new_tokens=5, assistant_models=assistants)
+    with pytest.raises(TypeError, match="flashspec takes True or False, got 'yes'"):  # not read as truthy
+        target.generate(ids, max_new_tokens=5, assistant_models=assistants, flashspec="yes")
 
 
 def test_pipeline_passes_flashspec_kwargs(target, assistants, tokenizer):

@@ -37,6 +37,23 @@ def test_every_named_selector_builds():
         assert 0 <= selector.select() < 3
 
 
+def test_a_selector_says_when_other_arms_make_it_forget():
+    """A selector kept across calls starts over when a call brings other arms; it warns only when that forgets
+    steps it learnt from (not on first use, nor for the same arms again)."""
+    import warnings
+
+    selector = ThompsonSampling(seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        selector.ensure(3, [4, 4, 0])  # first use
+        selector.update(selector.select(), [2], 4)
+        selector.ensure(3, [4, 4, 0])  # the same arms: it keeps what it learnt
+    assert sum(selector.pulls) == 1
+    with pytest.warns(UserWarning, match="learnt over 3 arms .* this call has 4: it starts over"):
+        selector.ensure(4, [4, 4, 4, 0])
+    assert sum(selector.pulls) == 0
+
+
 def test_hedge_full_information_beats_the_bandits_on_the_hard_setting():
     hedge = _regret(SETTINGS["hard"], lambda s: Hedge(seed=s), 3000)
     assert hedge < _regret(SETTINGS["hard"], lambda s: UCB1(), 3000)
