@@ -102,7 +102,7 @@ def generate(self, *args, flashspec: bool = False, assistant_models=None, select
         TypeError: ``flashspec`` not a bool; a draft that is neither a causal LM nor a
             :class:`~flashspec_hf.drafts.DraftSource`.
     """
-    if not isinstance(flashspec, bool):
+    if flashspec not in (True, False):  # numpy's bool too; not a truthy string
         raise TypeError(f"flashspec takes True or False, got {flashspec!r}")
     if not flashspec:
         given = [k for k, v in (("assistant_models", assistant_models), ("selector", selector)) if v is not None]

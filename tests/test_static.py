@@ -80,6 +80,7 @@ def test_a_config_changed_in_place_is_checked_again():
 def test_a_model_from_another_transformers_version_is_checked_again(monkeypatch):
     """The kept answer names the transformers version that gave it: a model unpickled under another version (whose
     cache layers may differ) is asked again, not run on an answer about the old version's layers."""
+    import transformers
     from transformers import MistralConfig, MistralForCausalLM
 
     from flashspec_hf import runners
@@ -88,8 +89,10 @@ def test_a_model_from_another_transformers_version_is_checked_again(monkeypatch)
                            num_attention_heads=4, num_key_value_heads=2, sliding_window=8, pad_token_id=0)
     model = MistralForCausalLM(config).eval()
     assert not runners.has_standard_static_layers(model)
-    _, described = model.__dict__["_flashspec_standard_layers"][0]
-    model.__dict__["_flashspec_standard_layers"] = ("0.0.0", described), True  # as an older version would keep it
+    described = model.__dict__["_flashspec_standard_layers"][0]
+    model.__dict__["_flashspec_standard_layers"] = described, True  # an answer this version would keep as it is
+    assert runners.has_standard_static_layers(model)
+    monkeypatch.setattr(transformers, "__version__", "0.0.0")  # the model now runs under another version
     assert not runners.has_standard_static_layers(model)
 
 
