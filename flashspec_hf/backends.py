@@ -140,8 +140,7 @@ class Backend(ABC):
         return None
 
     @abstractmethod
-    def commit(self, columns: Columns, output: torch.Tensor, num_accepted: torch.Tensor, gamma: int,
-               report: Report | None) -> None:
+    def commit(self, columns: Columns, output: torch.Tensor, num_accepted: torch.Tensor, report: Report | None) -> None:
         """Append the verified step to ``columns`` (``output`` int64 ``[B, γ + 1]``, ``num_accepted`` int64
         ``[B]``) and bring every runner back to the committed columns, after the step's report was read (``report``
         is that step's when :attr:`in_flight` is 0). The static backend commits inside the step instead."""
@@ -182,7 +181,7 @@ class DynamicBackend(Backend):
         self.runners.append(runner)
         return runner
 
-    def commit(self, columns, output, num_accepted, gamma, report) -> None:
+    def commit(self, columns, output, num_accepted, report) -> None:
         most = max(report.accepted)
         columns.commit(output, num_accepted, most + 1, holes=min(report.accepted) < most)
         for runner in self.runners:
@@ -361,7 +360,7 @@ class StaticBackend(Backend):
         graph.replay()
         return outputs
 
-    def commit(self, columns, output, num_accepted, gamma, report) -> None:
+    def commit(self, columns, output, num_accepted, report) -> None:
         """Nothing after the report: the step committed itself (:meth:`commit_in_step`)."""
 
     def commit_in_step(self, columns: Columns, output: torch.Tensor, num_accepted: torch.Tensor, gamma: int,

@@ -22,7 +22,7 @@ the layers' products alone it was the faster (21.7 against 25.6 ms). The packed 
 already does against one-row ones. Another thread using the same model meanwhile outside a flashspec call gets stock's
 ``linear``.
 
-Whether it pays depends on the CPU and its BLAS, so unless told it is measured (:func:`pays`): once per process,
+Whether it pays depends on the CPU and its BLAS, so unless told it is measured (:func:`ratio`): once per process,
 thread count, row count and set of weight shapes, both products are timed over the models' own layers (the first of
 each weight shape, about :data:`TIMED_BYTES` in all, scaled to every layer) at the call's verification rows, and the
 layers are rerouted only where the packed product took at most :data:`RATIO` of ``linear``'s time (whole five-token
@@ -51,7 +51,7 @@ MAX_ROWS = 16
 against 68.6 at 32 (SmolLM2-135M's layers, this project's CPU)."""
 
 TIMED_BYTES = 160 << 20
-"""Weights timed by :func:`pays`, shared among the weight shapes (each shape's first layers; a layer larger than its
+"""Weights timed by :func:`ratio`, shared among the weight shapes (each shape's first layers; a layer larger than its
 share, such as an LM head, is timed whole). Timing the first 160 MB of layers without the LM head misjudged whole
 forwards on this project's CPU on 2026-12-03 (``benchmarks/results/selector_cpu_2026-12-03e``). About 0.5 s once
 per process and row count."""
@@ -135,7 +135,7 @@ def few_row_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
 def setting() -> str:
     """``"off"`` (``FLASHSPEC_FEW_ROW_PRODUCTS=0``), ``"on"`` (``=1``) or ``"auto"`` (unset or anything else:
-    measured by :func:`pays`)."""
+    measured by :func:`ratio`)."""
     return {"0": "off", "1": "on"}.get(os.environ.get("FLASHSPEC_FEW_ROW_PRODUCTS", ""), "auto")
 
 
@@ -156,18 +156,12 @@ def rerouting() -> bool:
     return bool(getattr(_active, "on", 0))
 
 
-def pays(layers: list[torch.nn.Linear], rows: int) -> bool:
-    """Whether the packed product took at most :data:`RATIO` of ``linear``'s time for ``rows``-row inputs through
-    all of ``layers``, estimated per weight shape: the first layers of each shape (about :data:`TIMED_BYTES` over
-    the shapes; at least one, such as the LM head) are timed (the fastest of :data:`REPEATS` alternating passes) and
-    scaled to the bytes of all that shape's layers. Measured once per process for each set of weight shapes,
-    ``rows`` and torch thread count."""
-    return ratio(layers, rows) <= RATIO
-
-
 def ratio(layers: list[torch.nn.Linear], rows: int) -> float:
-    """The packed product's estimated time over ``linear``'s for ``rows``-row inputs through ``layers`` (see
-    :func:`pays`)."""
+    """The packed product's estimated time over ``linear``'s for ``rows``-row inputs through all of ``layers``
+    (it pays at most :data:`RATIO`), estimated per weight shape: the first layers of each shape (about
+    :data:`TIMED_BYTES` over the shapes; at least one, such as the LM head) are timed (the fastest of :data:`REPEATS`
+    alternating passes) and scaled to the bytes of all that shape's layers. Measured once per process for each set
+    of weight shapes, ``rows`` and torch thread count."""
     shapes: dict[tuple, list[torch.nn.Linear]] = {}  # weight shape -> its layers, in order
     for layer in layers:
         shapes.setdefault(tuple(layer.weight.shape), []).append(layer)
@@ -263,7 +257,7 @@ def _eligible(layer: torch.nn.Module) -> bool:
 def few_row_products(models: Iterable[torch.nn.Module], rows: int = 5) -> Iterator[None]:
     """Within the block, in this thread, the eligible layers of ``models`` (float32 ``nn.Linear``, exactly that class,
     with a plain weight on the CPU) compute through :func:`few_row_linear` if :func:`setting` is ``"on"``, or
-    ``"auto"`` and :func:`pays` for ``rows``-row inputs (a verification forward's ``γ + 1`` at batch 1), where
+    ``"auto"`` and :func:`ratio` for ``rows``-row inputs (a verification forward's ``γ + 1`` at batch 1), where
     MKL's packed GEMM exists and its copies fit in memory; the weights are packed on entry (again where they
     changed). Blocks may nest and run in several threads on the same models: a layer keeps the rerouting
     ``forward`` while any block uses it, and gets its own back after the last one, also on an error. Layers whose

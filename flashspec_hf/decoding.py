@@ -159,7 +159,7 @@ def decode(run: Run, backend: Backend, streamer=None) -> None:
             run.reports.add(arm, step.gamma, start, step.num_accepted, step.num_emitted, step.was_finished,
                             step.finished, step.evidence)
         done = run.reports.read(backend.in_flight)
-        backend.commit(run.columns, step.output, step.num_accepted, step.gamma, run.reports.last)
+        backend.commit(run.columns, step.output, step.num_accepted, run.reports.last)
         if not backend.in_flight:
             _host_features(run, step, streamer, host_groups)
         if done:

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from transformers import PreTrainedModel
 
 from .columns import Columns
 from .runners import Runner

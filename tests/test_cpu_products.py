@@ -194,7 +194,7 @@ def _timed_products(monkeypatch, packed_seconds):
 
 @pytest.mark.parametrize("packed_faster", [True, False])
 def test_auto_reroutes_only_where_the_packed_product_measured_not_slower(monkeypatch, packed_faster):
-    """Unset: the decision is pays()'s at the call's verification rows, timed once per set of shapes, rows and
+    """Unset: the decision is ratio()'s at the call's verification rows, timed once per set of shapes, rows and
     threads, and kept; one-row products stay stock's either way."""
     monkeypatch.delenv("FLASHSPEC_FEW_ROW_PRODUCTS")
     timed = _timed_products(monkeypatch, lambda layer, rows, _: 0.5 if packed_faster else 2.0)
@@ -219,8 +219,8 @@ def test_auto_reroutes_only_where_the_packed_product_measured_not_slower(monkeyp
 
 
 @pytest.mark.parametrize("case", ["one fast pass", "tie"])
-def test_pays_compares_each_products_fastest_pass_and_reroutes_on_a_tie(monkeypatch, case):
-    """pays() takes each product's fastest timed pass (another process only slows passes down) and reroutes when
+def test_ratio_compares_each_products_fastest_pass_and_reroutes_on_a_tie(monkeypatch, case):
+    """ratio() takes each product's fastest timed pass (another process only slows passes down) and reroutes when
     the packed product is not slower: one fast packed pass among slow ones wins (a median would say no), and so
     does a tie (a ratio below 1 would say no)."""
     model = tiny_llama()
@@ -231,19 +231,19 @@ def test_pays_compares_each_products_fastest_pass_and_reroutes_on_a_tie(monkeypa
         return 1.0 if case == "tie" else 0.9 if last_pass else 3.0
 
     timed = _timed_products(monkeypatch, packed_seconds)
-    assert cpu_products.pays(layers, rows=5)
+    assert cpu_products.ratio(layers, rows=5) <= cpu_products.RATIO
     assert timed.count(("packed", 5)) == timed.count(("linear", 5)) == len(layers) * (cpu_products.REPEATS + 1)
 
 
-def test_pays_scales_each_shapes_timing_to_all_its_layers(monkeypatch):
-    """With room to time one layer of each shape, pays() weighs each shape's time by its count of layers: ten
+def test_ratio_scales_each_shapes_timing_to_all_its_layers(monkeypatch):
+    """With room to time one layer of each shape, ratio() weighs each shape's time by its count of layers: ten
     layers on which the packed product is faster outweigh one (an LM head, say) on which it is slower, though
     the layers it timed took longer packed."""
     many = [torch.nn.Linear(8, 8, bias=False) for _ in range(10)]
     head = torch.nn.Linear(8, 40, bias=False)
     monkeypatch.setattr(cpu_products, "TIMED_BYTES", 2 * 8 * 8 * 4)  # one square layer a shape; the head whole
     timed = _timed_products(monkeypatch, lambda layer, rows, _: 3.0 if layer.out_features == 40 else 0.5)
-    assert cpu_products.pays([*many, head], rows=5)  # 10 × 0.5 + 3 = 8 against 10 × 1 + 1 = 11
+    assert cpu_products.ratio([*many, head], rows=5) <= cpu_products.RATIO  # 10 × 0.5 + 3 = 8 against 10 × 1 + 1 = 11
     assert len(timed) == 2 * 2 * (cpu_products.REPEATS + 1)  # one layer of each shape, each product, each pass
     assert list(cpu_products._decisions.values()) == [pytest.approx(8 / 11)]
 
