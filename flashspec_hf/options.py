@@ -85,9 +85,9 @@ GENERATION_CONFIG_OPTIONS: dict[str, tuple[Option, ...]] = {
     "Cache and compilation": (
         Option(("cache_implementation",), HONOURED,
                "flashspec builds its own caches: cache_implementation='static' insists on its static loop (static "
-               "caches, CUDA graphs), 'dynamic' declines it, unset (or 'hybrid', which transformers treats as unset) lets "
-               "flashspec choose; any other value (offloaded, quantized, paged … caches) is refused: pass 'static', "
-               "'dynamic' or nothing",
+               "caches, CUDA graphs), 'dynamic' declines it, unset (or 'hybrid', which transformers treats as "
+               "unset) lets flashspec choose; any other value (offloaded, quantized, paged … caches) is refused: pass "
+               "'static', 'dynamic' or nothing",
                accepts=lambda name, value: value in (None, "dynamic", "static", "hybrid")),  # hybrid: as unset
         Option(("use_cache",), NO_EFFECT, "flashspec always caches (stock without a cache recomputes the prefix "
                "and gives the same tokens)"),

@@ -103,9 +103,9 @@ class Selector(ABC):
         if self.num_arms != num_arms or (gammas is not None and self.gammas != list(gammas)):
             if self.num_arms and sum(self.pulls):
                 now = f"{num_arms}" + (f" (γ {list(gammas)})" if gammas is not None else "")
-                warnings.warn(f"{type(self).__name__} learnt over {self.num_arms} arms (γ {self.gammas}) and this call "
-                              f"has {now}: it starts over. Keep one selector per pool, γ list and batch size (1 or "
-                              f"more) to keep what it learns", stacklevel=2)
+                warnings.warn(f"{type(self).__name__} learnt over {self.num_arms} arms (γ {self.gammas}) and this "
+                              f"call has {now}: it starts over. Keep one selector per pool, γ list and batch size (1 "
+                              f"or more) to keep what it learns", stacklevel=2)
             self.reset(num_arms, gammas)
 
     def begin_call(self) -> None:

@@ -49,7 +49,8 @@ def test_a_selector_says_when_other_arms_make_it_forget():
         selector.update(selector.select(), [2], 4)
         selector.ensure(3, [4, 4, 0])  # the same arms: it keeps what it learnt
     assert sum(selector.pulls) == 1
-    with pytest.warns(UserWarning, match=r"learnt over 3 arms .* this call has 4 \(γ \[4, 4, 4, 0\]\): it starts over"):
+    forgot = r"learnt over 3 arms .* this call has 4 \(γ \[4, 4, 4, 0\]\): it starts over"
+    with pytest.warns(UserWarning, match=forgot):
         selector.ensure(4, [4, 4, 4, 0])
     assert sum(selector.pulls) == 0
 
