@@ -14,7 +14,8 @@ One stock greedy ``generate`` per prompt and one forward per draft model give ev
 (``--traces``, default ``OUT/traces.pt``; made once, then reused). The replay then follows the static loop
 (:func:`flashspec_hf.decoding.decode`): the selector chooses each step (the session's first call warms every arm
 first, twice each: an eager use, then the capture), the step advances the row, its report reaches the selector
-``MAX_IN_FLIGHT`` steps later, and the steps queued after the row finished still cost time. A step takes its arm's
+``MAX_IN_FLIGHT`` steps later (fewer near the length limit, :func:`flashspec_hf.reports.may_end`), and the
+steps queued after the row finished still cost time. A step takes its arm's
 step time as run on the GPU (``--step-ms``); the selector is given calibrated costs: ``run`` (those times) or
 ``host`` (the skew of host-timed calibration, ``--host-costs``; by default as measured on the H200 on 2026-12-05: a
 draft model's step 1.43× a lookup step, a plain step 1.00×). Per domain, as ``benchmarks.domain_bench`` runs it, and
@@ -47,6 +48,7 @@ import torch
 from flashspec_hf import FixedArm, PromptLookup
 from flashspec_hf.backends import KEEP_CURRENT_EVERY, MAX_IN_FLIGHT
 from flashspec_hf.models import distilled_assistants, load_target
+from flashspec_hf.reports import may_end
 
 from . import DEFAULT_SELECTOR, selector_from_spec
 
@@ -159,6 +161,7 @@ def replay(selector, calls: list[dict], step_s: list[float], given_s: list[float
         selector.begin_call()
         selector.set_costs(given_s)
         t, queue, done = call["start"], deque(), False
+        known = t  # the row's length as the reports read tell
         forced = [a for a in selector.candidates() for _ in range(2)] if warm and call is calls[0] else []
         for step in range(max_new_tokens):
             arm = selector.choose(forced.pop(0) if forced else None)
@@ -171,13 +174,16 @@ def replay(selector, calls: list[dict], step_s: list[float], given_s: list[float
             tokens, steps = tokens + emitted, steps + (emitted > 0)
             per_arm[arm] += emitted > 0
             fed = step % keep_current_every == keep_current_every - 1
-            queue.append((arm, accepted, was_finished, t >= call["length"], counts, fed))
-            while len(queue) > MAX_IN_FLIGHT:
-                done = report(*queue.popleft())
+            queue.append((emitted, (arm, accepted, was_finished, t >= call["length"], counts, fed)))
+            while len(queue) > MAX_IN_FLIGHT or (
+                    queue and may_end(call["start"] + max_new_tokens - known, [gammas[a] for _, (a, *_) in queue])):
+                emitted, step_report = queue.popleft()
+                known += emitted
+                done = report(*step_report)
             if done:
                 break
         while queue:
-            report(*queue.popleft())
+            report(*queue.popleft()[1])
     return seconds, tokens, steps, per_arm
 
 

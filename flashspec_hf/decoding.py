@@ -275,7 +275,7 @@ def speculative_decode(
                          plain_greedy=not generation_config.do_sample and processing.is_identity),
         processing=processing,
         stopping=stopping,
-        reports=StepReports(selector, stats, sequences, device),
+        reports=StepReports(selector, stats, sequences, device, stopping.max_new_tokens),
         recorder=recorder,
         finished=finished,
         groups=groups,

@@ -5,8 +5,11 @@ copied to the host without a synchronisation (a pinned non-blocking copy on CUDA
 produced them. Reading a report hands the step to the selector (its arm's outcome, then the side evidence), the
 statistics and the sequences' host counts. A backend that needs each step's
 counts before the next (:class:`~flashspec_hf.backends.DynamicBackend`) reads at once; the static one lets up to
-``MAX_IN_FLIGHT`` steps run ahead. The selector only ever learns from past steps, so exactness does not depend on
-when reports are read; the lag is fixed, so neither do its choices.
+``MAX_IN_FLIGHT`` steps run ahead, fewer near the length limit: the host reads a report early, waiting for its step,
+while the steps left unread could take every unfinished row to ``max_new_tokens`` (:func:`may_end`), so a call that
+ends at its length queues no step after its last. The selector only ever learns from past steps, so exactness does
+not depend on when reports are read; the lag is a function of the counts read so far, not of timing, so neither do
+its choices.
 """
 
 from __future__ import annotations
@@ -52,10 +55,13 @@ class StepReports:
         stats: receives every report.
         sequences: receives every report's emitted counts (its host counts).
         device: where the steps run.
+        max_new_tokens: tokens each row may generate (the length limit every row shares).
     """
 
-    def __init__(self, selector: Selector, stats: FlashSpecStats, sequences: Sequences, device: torch.device):
+    def __init__(self, selector: Selector, stats: FlashSpecStats, sequences: Sequences, device: torch.device,
+                 max_new_tokens: int):
         self.selector, self.stats, self.sequences = selector, stats, sequences
+        self.max_new_tokens = max_new_tokens
         self.cuda = device.type == "cuda"
         self.queue = deque()  # per step in flight: (arm, γ, host copy of [4 B] or [4 B + 2 A], B, start, end)
         self.last: Report | None = None
@@ -88,10 +94,11 @@ class StepReports:
         self.queue.append((arm, gamma, host, len(num_accepted), start, end))
 
     def read(self, in_flight: int) -> bool:
-        """Read the oldest reports until ``in_flight`` remain (0: all), waiting for their steps if need be; returns
-        :attr:`done`. The lag is fixed, never "whatever has finished": which outcomes the selector has seen when
-        it chooses must not depend on timing, or a seeded call would not repeat."""
-        while len(self.queue) > in_flight:
+        """Read the oldest reports until at most ``in_flight`` remain (0: all) and the steps left unread cannot end
+        the call at its length (:func:`may_end`), waiting for their steps if need be; returns :attr:`done`. The lag
+        depends on the counts read, never on "whatever has finished": which outcomes the selector has seen when it
+        chooses must not depend on timing, or a seeded call would not repeat."""
+        while len(self.queue) > in_flight or (self.queue and may_end(self._tokens_left(), self._unread_gammas())):
             arm, gamma, host, rows, start, end = self.queue.popleft()
             if self.cuda:
                 end.synchronize()  # already complete unless more than `in_flight` steps were queued
@@ -106,6 +113,15 @@ class StepReports:
                 self.selector.update_all(values[4 * rows:: 2], values[4 * rows + 1:: 2])
         return self.done
 
+    def _tokens_left(self) -> int:
+        """The most tokens an unfinished row may still generate, as far as the reports read tell (0: all finished)."""
+        finished = self.last.finished if self.last is not None else [False] * len(self.sequences.num_new_host)
+        return max((self.max_new_tokens - n for n, f in zip(self.sequences.num_new_host, finished, strict=True)
+                    if not f), default=0)
+
+    def _unread_gammas(self) -> list[int]:
+        return [gamma for _, gamma, *_ in self.queue]
+
     def _hand_over(self, report: Report) -> None:
         self.last = report
         self.sequences.count_on_host(report.emitted)
@@ -114,3 +130,12 @@ class StepReports:
             self.selector.update(report.arm, active, report.gamma)
             self.stats.record(report.arm, active, report.gamma, report.seconds)
         self.done = all(report.finished)
+
+
+def may_end(tokens_left: int, unread_gammas: list[int]) -> bool:
+    """Whether steps not yet read could have ended a call at its length: each emits at most ``γ + 1`` tokens a row, so
+    together at most ``Σ (γ + 1)``; a row with ``tokens_left`` more to generate may be finished by them when that is
+    at least ``tokens_left``. The static loop then reads a report before queuing another step, so that a call ending
+    at ``max_new_tokens`` runs no step past its last (it otherwise ran :data:`~flashspec_hf.backends.MAX_IN_FLIGHT`
+    more, 8 % of a 128-token call at τ 3.77: ``benchmarks/results/cpu_2026-12-07j_step_forwards``)."""
+    return tokens_left <= sum(gamma + 1 for gamma in unread_gammas)

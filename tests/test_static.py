@@ -12,7 +12,7 @@ from flashspec_hf.backends import KEEP_CURRENT_EVERY
 from flashspec_hf.buffers import Buffers
 from flashspec_hf.columns import Columns
 
-from .conftest import left_padded, tiny_llama
+from .conftest import assert_rows_equal_stock, left_padded, tiny_llama
 from .test_distribution import ALPHA, _exact, _p_value, _sample_counts, _warpers
 from .test_distribution import models  # noqa: F401  (fixture)
 from .test_greedy import PROMPTS, _flash, _stock
@@ -334,6 +334,22 @@ def test_selectors_see_their_own_choices_while_outcomes_are_in_flight():
     ucb = UCB1()
     ucb.reset(3)
     assert [ucb.choose() for _ in range(4)] == [0, 1, 2, 0]  # no outcome yet: the least chosen waiting arm
+
+
+@pytest.mark.parametrize("drafts, gamma", [("self", 4), ("assistants", 3)])
+def test_a_call_ending_at_its_length_queues_no_step_past_its_last(target, assistants, monkeypatch, drafts, gamma):
+    """Reports are read early near the length limit (:func:`~flashspec_hf.reports.may_end`): every step the static
+    loop launches emits tokens (it launched ``MAX_IN_FLIGHT`` = 3 more before), the rows still equal stock."""
+    import flashspec_hf.decoding
+
+    launched = []
+    original = flashspec_hf.decoding.speculative_step
+    monkeypatch.setattr(flashspec_hf.decoding, "speculative_step", lambda *a: launched.append(a[1]) or original(*a))
+    models = [target] if drafts == "self" else assistants
+    got = _flash(target, models, PROMPTS, max_new_tokens=20, num_assistant_tokens=gamma, eos_token_id=None, **STATIC)
+    assert got.shape[1] == 20
+    assert_rows_equal_stock(target, PROMPTS, got, 20)
+    assert len(launched) == target.flashspec_stats.steps > 0
 
 
 def test_a_kept_session_reads_the_same_state_tensors_every_call(assistants, monkeypatch):
