@@ -111,17 +111,16 @@ def target_continuations(
     prompts: Sequence[str],
     max_new_tokens: int = 96,
     batch_size: int = 64,
-    temperature: float | None = None,
     max_prompt_tokens: int = 512,
 ) -> list[str]:
-    """Prompts followed by the target's own continuations (text), for distillation.
+    """Prompts followed by the target's own greedy continuations (text, what greedy acceptance rewards), for
+    distillation.
 
     Args:
         target, tokenizer: the model that continues (its tokenizer must pad on the left).
         prompts: the texts to continue.
         max_new_tokens: tokens added to each prompt at most (fewer when the target ends with EOS, which is kept).
         batch_size: prompts per ``generate`` call; batches are made in order of prompt length, so they pad little.
-        temperature: None for greedy continuations (what greedy acceptance rewards), else sampled at it.
         max_prompt_tokens: longer prompts are left out.
 
     Returns:
@@ -130,11 +129,10 @@ def target_continuations(
     lengths = [len(ids) for ids in tokenizer(list(prompts), add_special_tokens=False)["input_ids"]]
     prompts = [p for n, p in sorted(zip(lengths, prompts)) if n <= max_prompt_tokens]
     out = []
-    sampling = {"do_sample": True, "temperature": temperature} if temperature else {"do_sample": False}
     for i in range(0, len(prompts), batch_size):
         chunk = prompts[i : i + batch_size]
         batch = tokenizer(chunk, return_tensors="pt", padding=True).to(target.device)
-        ids = target.generate(**batch, max_new_tokens=max_new_tokens, **sampling)
+        ids = target.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False)
         for prompt, new in zip(chunk, ids[:, batch["input_ids"].shape[1] :].tolist(), strict=True):
             if tokenizer.eos_token_id in new:  # keep the EOS, drop the padding after it
                 new = new[: new.index(tokenizer.eos_token_id) + 1]
