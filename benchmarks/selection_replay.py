@@ -141,7 +141,14 @@ def replay(selector, calls: list[dict], step_s: list[float], given_s: list[float
     side evidence gets, after each step that drafted and kept the others current (a call's every
     ``keep_current_every``-th step), the censored counts of the arms ``kept_current`` marks (the draft models)
     other than the drafting one, as :class:`flashspec_hf.evidence.SideEvidence` gathers them (here every source has
-    one arm, so the drafting arm is the drafting source's only one)."""
+    one arm, so the drafting arm is the drafting source's only one). The selector reads each outcome when the static
+    loop does; the step that reaches a trace's end reports only the drafts accepted inside it, where the loop
+    reports every draft its target accepted, the ones cut at ``max_new_tokens`` included.
+
+    Raises:
+        ValueError: a trace longer than ``max_new_tokens`` (made with more: remake the traces)."""
+    if any(call["length"] - call["start"] > max_new_tokens for call in calls):
+        raise ValueError(f"traces made with more than --max-new-tokens {max_new_tokens} new tokens: remake them")
     seconds, tokens, steps, per_arm = 0.0, 0, 0, [0] * len(gammas)
     kept_current = kept_current or [False] * len(gammas)
 

@@ -18,9 +18,9 @@ out, and how steps are launched.
   prefill is captured too, once per shape (up to :data:`MAX_CAPTURED_PREFILL_TOKENS`). The state a step touches
   (columns, sequences, caches, limits) is kept on the target between calls of the same set-up, so later calls replay
   the graphs the first one captured. Reports are read ``MAX_IN_FLIGHT`` steps late, so a step enqueues without any
-  synchronisation; near the length limit earlier (:func:`~flashspec_hf.reports.may_end`), so a call that ends at
-  ``max_new_tokens`` queues no step past its last. Finished rows emit nothing, so the steps queued after every row
-  stopped at EOS cost time but change no output.
+  synchronisation; near the length limit earlier (:func:`~flashspec_hf.reports.may_end`), so a call whose last rows
+  stop at ``max_new_tokens`` queues no step past its last. Finished rows emit nothing, so the steps queued after the
+  last row stopped at an EOS the host had not read yet cost time but change no output.
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ from .selection import Selector
 from .target_parts import is_early_exit_of
 
 MAX_IN_FLIGHT = 3
-"""Steps the static backend lets the host queue ahead of the GPU before it waits for the oldest."""
+"""Steps the static backend lets the host queue ahead of the GPU before it waits for the oldest (at most: fewer near
+the length limit, :func:`~flashspec_hf.reports.may_end`)."""
 
 CAPACITY_STEP = 128
 """Static capacities are rounded up to a multiple of this on CUDA, so calls share kept sessions and graphs."""

@@ -6,8 +6,9 @@ produced them. Reading a report hands the step to the selector (its arm's outcom
 statistics and the sequences' host counts. A backend that needs each step's
 counts before the next (:class:`~flashspec_hf.backends.DynamicBackend`) reads at once; the static one lets up to
 ``MAX_IN_FLIGHT`` steps run ahead, fewer near the length limit: the host reads a report early, waiting for its step,
-while the steps left unread could take every unfinished row to ``max_new_tokens`` (:func:`may_end`), so a call that
-ends at its length queues no step after its last. The selector only ever learns from past steps, so exactness does
+while the steps left unread could take every unfinished row to ``max_new_tokens`` (:func:`may_end`), so a call whose
+last rows stop at that length queues no step after its last (an EOS in a step not yet read still can: the host cannot
+foresee it). The selector only ever learns from past steps, so exactness does
 not depend on when reports are read; the lag is a function of the counts read so far, not of timing, so neither do
 its choices.
 """
@@ -101,13 +102,14 @@ class StepReports:
         while len(self.queue) > in_flight or (self.queue and may_end(self._tokens_left(), self._unread_gammas())):
             arm, gamma, host, rows, start, end = self.queue.popleft()
             if self.cuda:
-                end.synchronize()  # already complete unless more than `in_flight` steps were queued
+                end.synchronize()  # waits when more than `in_flight` steps were queued, or near the length limit
                 seconds = start.elapsed_time(end) / 1000
             else:
                 seconds = end - start
             values = host.tolist()  # [4 B] counts, then [2 A] side evidence if any
             accepted, emitted, was_finished, finished = (values[i * rows: (i + 1) * rows] for i in range(4))
-            report = Report(arm, gamma, accepted, emitted, list(map(bool, was_finished)), list(map(bool, finished)), seconds)
+            report = Report(arm, gamma, accepted, emitted, list(map(bool, was_finished)), list(map(bool, finished)),
+                            seconds)
             self._hand_over(report)
             if len(values) > 4 * rows and report.active_accepted:
                 self.selector.update_all(values[4 * rows:: 2], values[4 * rows + 1:: 2])
@@ -120,6 +122,7 @@ class StepReports:
                     if not f), default=0)
 
     def _unread_gammas(self) -> list[int]:
+        """γ of each step not yet read, oldest first."""
         return [gamma for _, gamma, *_ in self.queue]
 
     def _hand_over(self, report: Report) -> None:
@@ -135,7 +138,8 @@ class StepReports:
 def may_end(tokens_left: int, unread_gammas: list[int]) -> bool:
     """Whether steps not yet read could have ended a call at its length: each emits at most ``γ + 1`` tokens a row, so
     together at most ``Σ (γ + 1)``; a row with ``tokens_left`` more to generate may be finished by them when that is
-    at least ``tokens_left``. The static loop then reads a report before queuing another step, so that a call ending
-    at ``max_new_tokens`` runs no step past its last (it otherwise ran :data:`~flashspec_hf.backends.MAX_IN_FLIGHT`
-    more, 8 % of a 128-token call at τ 3.77: ``benchmarks/results/cpu_2026-12-07j_step_forwards``)."""
+    at least ``tokens_left``. The static loop then reads a report before queuing another step, so that a call whose
+    last rows stop at ``max_new_tokens`` runs no step past its last (it otherwise ran
+    :data:`~flashspec_hf.backends.MAX_IN_FLIGHT` more, 8% of a 128-token call at τ 3.77:
+    ``benchmarks/results/cpu_2026-12-07j_step_forwards``)."""
     return tokens_left <= sum(gamma + 1 for gamma in unread_gammas)

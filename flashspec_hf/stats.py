@@ -16,7 +16,9 @@ class FlashSpecStats:
         arm_gammas: γ of each arm (default: ``num_assistant_tokens`` for every arm).
         step_arms: per step, the index of the arm that drafted it.
         step_accepted: per step, the accepted draft tokens of each row still generating at that step.
-        step_seconds: wall time of each step (s), measured between the loop's per-step synchronisations.
+        step_seconds: time of each step (s): on CUDA between CUDA events recorded before and after it (a step
+            queued behind others starts when they end; one launched on an idle GPU, as the static loop's last steps
+            near ``max_new_tokens`` are, also counts the host's launch), on the CPU the host's wall time.
         step_gammas: per step, its draft tokens: the arm's γ, or fewer where its source drafted fewer (0: prompt
             lookup without a match, a plain step).
         new_tokens: tokens generated, all rows together.

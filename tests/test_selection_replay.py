@@ -106,3 +106,42 @@ def test_no_side_evidence_when_sampling_or_dynamic(target, pool):
         target.generate(ids, max_new_tokens=8, flashspec=True, num_assistant_tokens=GAMMA,
                         assistant_models=[*pool, PromptLookup()], selector=selector, **kwargs)
         assert selector.steps and all(len(step) == 1 for step in selector.steps)
+
+
+class _Order(FixedArm):
+    """Drafts with one arm and records the order of its choices (``c``) and outcomes (``u``)."""
+
+    def __init__(self, arm):
+        super().__init__(arm)
+        self.order = []
+
+    def choose(self, arm=None):
+        self.order.append("c")
+        return super().choose(arm)
+
+    def update(self, arm, accepted, gamma):
+        super().update(arm, accepted, gamma)
+        self.order.append("u")
+
+
+@pytest.mark.parametrize("new", [5, 11, NEW])
+def test_replay_reads_outcomes_when_the_static_loop_does(target, pool, new):
+    """The replay's selector sees each outcome after the same choices as the static loop's: ``MAX_IN_FLIGHT`` steps
+    late, earlier near ``max_new_tokens`` (:func:`flashspec_hf.reports.may_end`), at once after the last."""
+    for prompt in ([5, 17, 33, 8], [12, 60, 12, 60], [77, 3, 51]):
+        ids = torch.tensor([prompt])
+        with torch.no_grad():
+            call = trace(target, pool, ids, new, GAMMA)
+        for arm in range(3):  # the drafts, then prompt lookup
+            loop, replayed = _Order(arm), _Order(arm)
+            target.generate(ids, max_new_tokens=new, do_sample=False, flashspec=True, num_assistant_tokens=GAMMA,
+                            assistant_models=[*pool, PromptLookup()], selector=loop, cache_implementation="static")
+            replay(replayed, [call], [1.0] * 4, [1.0] * 4, [GAMMA] * 3 + [0], False, new)
+            assert replayed.order == loop.order, (prompt, arm)
+
+
+def test_replay_refuses_traces_longer_than_its_max_new_tokens(target, pool):
+    with torch.no_grad():
+        call = trace(target, pool, torch.tensor([[5, 17, 33, 8]]), NEW, GAMMA)
+    with pytest.raises(ValueError, match="remake them"):
+        replay(FixedArm(0), [call], [1.0] * 4, [1.0] * 4, [GAMMA] * 3 + [0], False, call["length"] - call["start"] - 1)

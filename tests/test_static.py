@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flashspec_hf import FixedArm, Hedge, PromptLookup, RoundRobin, Selector
-from flashspec_hf.backends import KEEP_CURRENT_EVERY
+from flashspec_hf.backends import KEEP_CURRENT_EVERY, MAX_IN_FLIGHT
 from flashspec_hf.buffers import Buffers
 from flashspec_hf.columns import Columns
 
@@ -339,17 +339,33 @@ def test_selectors_see_their_own_choices_while_outcomes_are_in_flight():
 @pytest.mark.parametrize("drafts, gamma", [("self", 4), ("assistants", 3)])
 def test_a_call_ending_at_its_length_queues_no_step_past_its_last(target, assistants, monkeypatch, drafts, gamma):
     """Reports are read early near the length limit (:func:`~flashspec_hf.reports.may_end`): every step the static
-    loop launches emits tokens (it launched ``MAX_IN_FLIGHT`` = 3 more before), the rows still equal stock."""
+    loop launches emits tokens (it launched ``MAX_IN_FLIGHT`` = 3 more before), yet a long call keeps
+    ``MAX_IN_FLIGHT`` steps unread until then (reads that came too early would make every step wait), and the rows
+    still equal stock."""
     import flashspec_hf.decoding
+    from flashspec_hf.reports import StepReports
 
-    launched = []
-    original = flashspec_hf.decoding.speculative_step
-    monkeypatch.setattr(flashspec_hf.decoding, "speculative_step", lambda *a: launched.append(a[1]) or original(*a))
+    launched, unread = [], []
+    step, read = flashspec_hf.decoding.speculative_step, StepReports.read
+    monkeypatch.setattr(flashspec_hf.decoding, "speculative_step", lambda *a: launched.append(a[1]) or step(*a))
+    monkeypatch.setattr(StepReports, "read", lambda self, n: (read(self, n), unread.append(len(self.queue)))[0])
     models = [target] if drafts == "self" else assistants
-    got = _flash(target, models, PROMPTS, max_new_tokens=20, num_assistant_tokens=gamma, eos_token_id=None, **STATIC)
-    assert got.shape[1] == 20
-    assert_rows_equal_stock(target, PROMPTS, got, 20)
+    got = _flash(target, models, PROMPTS, max_new_tokens=40, num_assistant_tokens=gamma, eos_token_id=None, **STATIC)
+    assert got.shape[1] == 40
+    assert_rows_equal_stock(target, PROMPTS, got, 40)
     assert len(launched) == target.flashspec_stats.steps > 0
+    assert max(unread) == MAX_IN_FLIGHT
+
+
+@pytest.mark.parametrize("left, unread, ends", [
+    (15, [4, 4, 4], True), (16, [4, 4, 4], False), (1, [0], True), (2, [0], False), (7, [0, 5], True),
+    (8, [0, 5], False), (1, [], False), (0, [], True),
+])
+def test_unread_steps_may_end_a_call_when_their_most_tokens_reach_what_is_left(left, unread, ends):
+    """Each unread step emits at most γ + 1 tokens a row."""
+    from flashspec_hf.reports import may_end
+
+    assert may_end(left, unread) is ends
 
 
 def test_a_kept_session_reads_the_same_state_tensors_every_call(assistants, monkeypatch):
