@@ -231,9 +231,10 @@ def speculative_decode(
         assistants = [*assistants, PlainDecoding()]  # the plain-decoding arm: never slower than plain generate
     mixes = _mixes(assistants) if batch_size > 1 and not selector.full_information else []  # mixed arms' sources
     arms = [(s, 0 if isinstance(a, PlainDecoding) else g) for s, a in enumerate(assistants) for g in gammas]
-    arms += [(len(assistants) + m, g) for m in range(len(mixes)) for g in gammas]
     arms = list(dict.fromkeys(arms))  # (source index, γ) per arm; the plain arm once
-    selector.ensure(len(arms), [g for _, g in arms])
+    shared = len(arms)  # the arms of every batch size; the mixed arms follow
+    arms += [(len(assistants) + m, g) for m in range(len(mixes)) for g in gammas]
+    selector.ensure(len(arms), [g for _, g in arms], shared)
     selector.begin_call()
     vocab_size = model.config.get_text_config().vocab_size
     processing = LogitsProcessing(logits_processor)

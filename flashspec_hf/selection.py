@@ -58,6 +58,11 @@ class Selector(ABC):
     """
 
     num_arms: int = 0
+    arm_state: tuple[str, ...] = ("pulls", "chosen", "costs")
+    """The per-arm lists (one entry per arm, in arm order) that :meth:`ensure` keeps for the arms a call shares with
+    the previous one; a subclass adds its own."""
+    shared: int | None = None
+    """The leading arms shared by every call of the pool, as the last :meth:`ensure` was told."""
     full_information: bool = False
     """True for selectors that want every arm scored after every step (:meth:`update_all`)."""
     side_evidence: bool = False
@@ -96,17 +101,31 @@ class Selector(ABC):
             raise ValueError(f"set_costs needs {self.num_arms} positive step times, got {costs}")
         self.costs = list(costs)
 
-    def ensure(self, num_arms: int, gammas: list[int] | None = None) -> None:
-        """Reset if the selector has never been used or was used with other arms (another pool or list of γ, or a
-        batch size on the other side of 1, which adds or drops the mixed arms); warns when that forgets steps it
-        learnt from."""
-        if self.num_arms != num_arms or (gammas is not None and self.gammas != list(gammas)):
-            if self.num_arms and sum(self.pulls):
-                now = f"{num_arms}" + (f" (γ {list(gammas)})" if gammas is not None else "")
-                warnings.warn(f"{type(self).__name__} learnt over {self.num_arms} arms (γ {self.gammas}) and this "
-                              f"call has {now}: it starts over. Keep one selector per pool, γ list and batch size (1 "
-                              f"or more) to keep what it learns", stacklevel=2)
-            self.reset(num_arms, gammas)
+    def ensure(self, num_arms: int, gammas: list[int] | None = None, shared: int | None = None) -> None:
+        """Make the selector ready for a call's arms. It keeps what it learnt when they are the previous call's arms,
+        and for the ``shared`` leading arms when only the arms after them differ (a batch size on the other side of
+        1 adds or drops the mixed arms: those start fresh); otherwise it starts over (first use, another pool or γ
+        list), and warns when that forgets steps it learnt from.
+
+        Args:
+            num_arms: the call's arms; gammas: their γ (None: not compared).
+            shared: how many leading arms every call of the pool has, whatever its batch size (the arms before the
+                mixed ones); kept (:attr:`arm_state`) when the previous call said as many and had the same γ there.
+        """
+        if self.num_arms == num_arms and (gammas is None or self.gammas == list(gammas)):
+            return
+        keep = bool(self.num_arms) and shared is not None and shared == self.shared and gammas is not None \
+            and self.gammas[:shared] == list(gammas)[:shared]
+        kept = {name: getattr(self, name)[:shared] for name in self.arm_state} if keep else {}
+        if self.num_arms and not keep and sum(self.pulls):
+            now = f"{num_arms}" + (f" (γ {list(gammas)})" if gammas is not None else "")
+            warnings.warn(f"{type(self).__name__} learnt over {self.num_arms} arms (γ {self.gammas}) and this call "
+                          f"has {now}: it starts over. Keep one selector per pool and γ list to keep what it learns",
+                          stacklevel=2)
+        self.reset(num_arms, gammas)
+        self.shared = shared
+        for name, values in kept.items():
+            getattr(self, name)[:shared] = values
 
     def begin_call(self) -> None:
         """Called at the start of every ``generate`` call, after :meth:`ensure`: starts the call's account of tokens
@@ -236,6 +255,8 @@ class UCB1(Selector):
             the lower confidence bound ``l_a = mean_a - sqrt(c ln n / n_a)``, as conservative UCB has it).
     """
 
+    arm_state = (*Selector.arm_state, "reward_sum", "weight")
+
     def __init__(self, exploration: float = 2.0, discount: float = 1.0, cost_aware: bool = False,
                  conservative: float | None = None):
         super().__init__(cost_aware, conservative)
@@ -298,6 +319,8 @@ class ThompsonSampling(Selector):
             where the backend gets them for free (:mod:`flashspec_hf.evidence`: the static backend's draft models,
             under greedy decoding), as a bandit with side observations does (Mannor & Shamir 2011).
     """
+
+    arm_state = (*Selector.arm_state, "successes", "failures")
 
     def __init__(self, seed: int = 0, discount: float = 1.0, cost_aware: bool = False,
                  call_memory: float | None = None, prompt_weight: float = 0.0, conservative: float | None = None,

@@ -55,6 +55,53 @@ def test_a_selector_says_when_other_arms_make_it_forget():
     assert sum(selector.pulls) == 0
 
 
+@pytest.mark.parametrize("make", [lambda: ThompsonSampling(seed=0), lambda: UCB1()])
+def test_a_selector_keeps_the_shared_arms_when_only_the_mixed_arms_come_or_go(make):
+    """Batch 1 has no mixed arms, batch > 1 appends them: what the selector learnt of the arms every batch size has
+    (``shared``) is kept both ways without a warning, the mixed arms start fresh; another pool still starts over."""
+    import warnings
+
+    selector = make()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        selector.ensure(3, [4, 4, 0], shared=3)  # batch 1: two sources and the plain arm
+        for _ in range(5):
+            selector.update(0, [3], 4)
+        learnt = {name: list(getattr(selector, name)) for name in selector.arm_state}
+        selector.ensure(5, [4, 4, 0, 4, 4], shared=3)  # batch 8: two mixed arms follow
+        for name, values in learnt.items():
+            assert getattr(selector, name)[:3] == values, name
+        assert selector.pulls == [5, 0, 0, 0, 0] and selector.gammas == [4, 4, 0, 4, 4] and selector.plain == 2
+        selector.update(4, [2], 4)
+        selector.ensure(3, [4, 4, 0], shared=3)  # batch 1 again
+    assert selector.pulls == [5, 0, 0] and selector.num_arms == 3
+    with pytest.warns(UserWarning, match="it starts over"):
+        selector.ensure(4, [4, 4, 4, 0], shared=4)  # another pool
+    assert sum(selector.pulls) == 0
+
+
+def test_a_kept_selector_carries_what_it_learnt_between_batch_sizes(target):
+    """generate at batch 1, then 2 (which adds the mixed arms), then 1 again, with one selector: no warning, and the
+    steps it learnt from at batch 1 still count at batch 2."""
+    import warnings
+
+    draft = tiny_llama(layers=1, seed=0, peak=8.0)
+    draft.load_state_dict(target.state_dict(), strict=False)
+    selector = ThompsonSampling(seed=0, cost_aware=True)
+    kw = dict(do_sample=False, assistant_models=[draft, PromptLookup()], flashspec=True, selector=selector,
+              max_new_tokens=12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        target.generate(torch.tensor([[5, 17, 33, 8]]), **kw)
+        shared, before = selector.num_arms, list(selector.pulls)
+        ids, mask = left_padded([[5, 17, 33, 8], [12, 60, 12]])
+        target.generate(ids, attention_mask=mask, **kw)
+        assert selector.num_arms > shared and selector.shared == shared
+        assert all(after >= b for after, b in zip(selector.pulls, before)) and sum(before) > 0
+        target.generate(torch.tensor([[5, 17, 33, 8]]), **kw)
+    assert selector.num_arms == shared and sum(selector.pulls) > sum(before)
+
+
 def test_hedge_full_information_beats_the_bandits_on_the_hard_setting():
     hedge = _regret(SETTINGS["hard"], lambda s: Hedge(seed=s), 3000)
     assert hedge < _regret(SETTINGS["hard"], lambda s: UCB1(), 3000)
