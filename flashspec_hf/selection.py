@@ -43,7 +43,8 @@ class Selector(ABC):
     """One small interface for every selector.
 
     ``reset(num_arms, gammas)`` is called at the start of each ``generate`` call that built the selector from a
-    name; a selector instance passed by the user keeps its statistics across calls with the same arms.
+    name; a selector instance passed by the user keeps its statistics across calls with the same arms, and for the
+    arms every batch size has when a call on the other side of batch 1 adds or drops the mixed arms (:meth:`ensure`).
 
     Args:
         cost_aware: value arms by expected tokens per second of step time instead of tokens per step.
@@ -60,7 +61,8 @@ class Selector(ABC):
     num_arms: int = 0
     arm_state: tuple[str, ...] = ("pulls", "chosen", "costs")
     """The per-arm lists (one entry per arm, in arm order) that :meth:`ensure` keeps for the arms a call shares with
-    the previous one; a subclass adds its own."""
+    the previous one. A subclass adds its own; one that learns from every arm at every step
+    (:attr:`full_information`) is never kept in part, since a new arm could not catch up."""
     shared: int | None = None
     """The leading arms shared by every call of the pool, as the last :meth:`ensure` was told."""
     full_information: bool = False
@@ -108,14 +110,20 @@ class Selector(ABC):
         list), and warns when that forgets steps it learnt from.
 
         Args:
-            num_arms: the call's arms; gammas: their γ (None: not compared).
+            num_arms: the number of the call's arms; gammas: their γ (None: not compared).
             shared: how many leading arms every call of the pool has, whatever its batch size (the arms before the
                 mixed ones); kept (:attr:`arm_state`) when the previous call said as many and had the same γ there.
+
+        Raises:
+            ValueError: ``shared`` outside ``[1, num_arms]``.
         """
+        if shared is not None and not 1 <= shared <= num_arms:
+            raise ValueError(f"shared counts leading arms of the call's {num_arms}, from 1; got {shared}")
         if self.num_arms == num_arms and (gammas is None or self.gammas == list(gammas)):
+            self.shared = shared
             return
         keep = bool(self.num_arms) and shared is not None and shared == self.shared and gammas is not None \
-            and self.gammas[:shared] == list(gammas)[:shared]
+            and self.gammas[:shared] == list(gammas)[:shared] and not self.full_information
         kept = {name: getattr(self, name)[:shared] for name in self.arm_state} if keep else {}
         if self.num_arms and not keep and sum(self.pulls):
             now = f"{num_arms}" + (f" (γ {list(gammas)})" if gammas is not None else "")

@@ -55,8 +55,9 @@ def test_a_selector_says_when_other_arms_make_it_forget():
     assert sum(selector.pulls) == 0
 
 
-@pytest.mark.parametrize("make", [lambda: ThompsonSampling(seed=0), lambda: UCB1()])
-def test_a_selector_keeps_the_shared_arms_when_only_the_mixed_arms_come_or_go(make):
+@pytest.mark.parametrize("make, learnt", [(lambda: ThompsonSampling(seed=0), ("successes", "failures")),
+                                          (lambda: UCB1(), ("reward_sum", "weight"))])
+def test_a_selector_keeps_the_shared_arms_when_only_the_mixed_arms_come_or_go(make, learnt):
     """Batch 1 has no mixed arms, batch > 1 appends them: what the selector learnt of the arms every batch size has
     (``shared``) is kept both ways without a warning, the mixed arms start fresh; another pool still starts over."""
     import warnings
@@ -65,11 +66,13 @@ def test_a_selector_keeps_the_shared_arms_when_only_the_mixed_arms_come_or_go(ma
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         selector.ensure(3, [4, 4, 0], shared=3)  # batch 1: two sources and the plain arm
+        selector.set_costs([2.0, 3.0, 1.0])
         for _ in range(5):
             selector.update(0, [3], 4)
-        learnt = {name: list(getattr(selector, name)) for name in selector.arm_state}
+        before = {name: list(getattr(selector, name)) for name in ("pulls", "chosen", "costs", *learnt)}
+        assert any(before[name][0] for name in learnt), "the statistics compared are not all zero"
         selector.ensure(5, [4, 4, 0, 4, 4], shared=3)  # batch 8: two mixed arms follow
-        for name, values in learnt.items():
+        for name, values in before.items():
             assert getattr(selector, name)[:3] == values, name
         assert selector.pulls == [5, 0, 0, 0, 0] and selector.gammas == [4, 4, 0, 4, 4] and selector.plain == 2
         selector.update(4, [2], 4)
@@ -78,6 +81,26 @@ def test_a_selector_keeps_the_shared_arms_when_only_the_mixed_arms_come_or_go(ma
     with pytest.warns(UserWarning, match="it starts over"):
         selector.ensure(4, [4, 4, 4, 0], shared=4)  # another pool
     assert sum(selector.pulls) == 0
+
+
+@pytest.mark.parametrize("name", [n for n in SELECTORS if not make_selector(n).full_information])
+def test_every_per_arm_list_of_a_selector_is_kept_or_per_call(name):
+    """A per-arm list left out of ``arm_state`` would be reset while ``pulls`` is kept."""
+    selector = make_selector(name)
+    selector.ensure(5, [4, 4, 4, 0, 4], shared=4)
+    selector.update(selector.choose(), [2], 4)
+    per_arm = {n for n, v in vars(selector).items() if isinstance(v, list) and len(v) == 5}
+    assert per_arm - {"gammas", "empty", "reported", "allowed"} <= set(selector.arm_state)
+
+
+def test_a_full_information_selector_or_a_bad_shared_count_is_never_kept_in_part():
+    hedge = Hedge(seed=0)
+    hedge.ensure(3, [4, 4, 0], shared=3)
+    hedge.update(0, [3], 4)
+    with pytest.warns(UserWarning, match="it starts over"):
+        hedge.ensure(4, [4, 4, 0, 4], shared=3)
+    with pytest.raises(ValueError, match="shared counts leading arms"):
+        ThompsonSampling().ensure(3, [4, 4, 0], shared=0)
 
 
 def test_a_kept_selector_carries_what_it_learnt_between_batch_sizes(target):
