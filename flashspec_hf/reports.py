@@ -8,9 +8,8 @@ counts before the next (:class:`~flashspec_hf.backends.DynamicBackend`) reads at
 ``MAX_IN_FLIGHT`` steps run ahead, fewer near the length limit: the host reads a report early, waiting for its step,
 while the steps left unread could take every unfinished row to ``max_new_tokens`` (:func:`may_end`), so a call whose
 last rows stop at that length queues no step after its last (an EOS in a step not yet read still can: the host cannot
-foresee it). The selector only ever learns from past steps, so exactness does
-not depend on when reports are read; the lag is a function of the counts read so far, not of timing, so neither do
-its choices.
+foresee it). The selector only ever learns from past steps, so exactness does not depend on when reports are read;
+the lag is a function of the counts read so far, not of timing, so neither do its choices.
 """
 
 from __future__ import annotations
@@ -99,7 +98,8 @@ class StepReports:
         the call at its length (:func:`may_end`), waiting for their steps if need be; returns :attr:`done`. The lag
         depends on the counts read, never on "whatever has finished": which outcomes the selector has seen when it
         chooses must not depend on timing, or a seeded call would not repeat."""
-        while len(self.queue) > in_flight or (self.queue and may_end(self._tokens_left(), self._unread_gammas())):
+        while len(self.queue) > in_flight or (
+                self.queue and may_end(self._tokens_left(), [gamma for _, gamma, *_ in self.queue])):
             arm, gamma, host, rows, start, end = self.queue.popleft()
             if self.cuda:
                 end.synchronize()  # waits when more than `in_flight` steps were queued, or near the length limit
@@ -120,10 +120,6 @@ class StepReports:
         finished = self.last.finished if self.last is not None else [False] * len(self.sequences.num_new_host)
         return max((self.max_new_tokens - n for n, f in zip(self.sequences.num_new_host, finished, strict=True)
                     if not f), default=0)
-
-    def _unread_gammas(self) -> list[int]:
-        """γ of each step not yet read, oldest first."""
-        return [gamma for _, gamma, *_ in self.queue]
 
     def _hand_over(self, report: Report) -> None:
         self.last = report
