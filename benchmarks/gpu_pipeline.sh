@@ -7,7 +7,8 @@
 # may end first):
 #   1. the verification-kernel benchmark on the speed issue's shapes (KERNEL_ARGS), before the host gets busy
 #   2. tests/test_gpu.py, its 20 slowest tests timed (its own timing does not matter: it overlaps the GGUF transfer
-#      and conversion; TESTS_K: a -k expression picking some of them, when the device time is short)
+#      and conversion; TESTS_K: a -k expression picking some of them, when the device time is short; TESTS_SHARDS:
+#      that many pytest processes at once, mostly compiling on the host's 16 cores)
 #   3. Qwen2.5-Coder-1.5B (once `convert` touched /tmp/convert.done, within CONVERT_WAIT seconds): NF4 at B = 1
 #      (stock eager, stock static, default), bf16 at QWEN_BATCHES (stock static, default), code and chat prompts
 #   4. SmolLM2-135M (once /tmp/gguf/s0, s1 and its drafts are there): stock static and default at SMOLLM2_BATCHES
@@ -52,8 +53,20 @@ kernel() {
   python3 -m benchmarks.kernel_bench --out /tmp/gs ${KERNEL_ARGS:---batches 1,64 --gammas 4 --vocabs 32000,262144} \
     >/tmp/gs/kernel_bench.log 2>&1
 }
-tests() {
-  python3 -m pytest -q -rs -p no:cacheprovider --durations=20 tests/test_gpu.py ${TESTS_K:+-k "$TESTS_K"} >/tmp/gs/test_gpu.log 2>&1
+tests() {  # TESTS_SHARDS=N: N pytest processes side by side, every N-th test each (test_gpu_<i>.log; no xdist there)
+  local n=${TESTS_SHARDS:-1} i
+  if [ "$n" = 1 ]; then
+    python3 -m pytest -q -rs -p no:cacheprovider --durations=20 tests/test_gpu.py ${TESTS_K:+-k "$TESTS_K"} \
+      >/tmp/gs/test_gpu.log 2>&1
+    return
+  fi
+  python3 -m pytest -q --collect-only -p no:cacheprovider tests/test_gpu.py ${TESTS_K:+-k "$TESTS_K"} \
+    | grep '::' >/tmp/gs/test_ids.txt
+  for i in $(seq 0 $((n - 1))); do
+    awk -v n="$n" -v i="$i" 'NR % n == i' /tmp/gs/test_ids.txt \
+      | xargs python3 -m pytest -q -rs -p no:cacheprovider --durations=10 >"/tmp/gs/test_gpu_$i.log" 2>&1 &
+  done
+  wait
 }
 qwen() {
   wait_for /tmp/convert.done "${CONVERT_WAIT:-600}" || return
