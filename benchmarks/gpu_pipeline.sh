@@ -34,7 +34,9 @@
 #      on the GPU (heldout_<run>.json; dynamo's recompiles and specialisations in heldout.log); needs `datasets`'
 #      wheels carried in .carry/w (the stage says how)
 #   8. benchmarks/kernel_tune on KERNEL_TUNE_CASES (batch:vocab pairs), when set
-# STAGES (default "kernel tests qwen smollm2 domains tiny") picks and orders them (SmolLM2's grid and domain_bench are
+# prewarm (e.g. STAGES="prewarm tests smollm2"): SmolLM2's grid once in the background beside the next stages, untimed,
+# so that `smollm2`, which waits for it, finds inductor's on-disk cache warm (its first_call_s no longer counts the
+# compilation). STAGES (default "kernel tests qwen smollm2 domains tiny") picks and orders them (SmolLM2's grid and domain_bench are
 # `smollm2` and `domains`). Each stage logs to /tmp/gs/<stage>.log, skipped stages to /tmp/gs/pipeline.log;
 # /tmp/gs/done marks the end.
 set -uo pipefail
@@ -83,7 +85,16 @@ smollm2_ready() {  # SmolLM2's GGUF joined from its pieces (split -b 49M -d -a 1
   wait_for /tmp/gguf/s0 60 && wait_for /tmp/gguf/s1 120 && wait_for /tmp/stash.done 120 || return 1
   cat /tmp/gguf/s0 /tmp/gguf/s1 >"$gguf.partial" && mv "$gguf.partial" "$gguf" && cp -r /tmp/drafts/smollm2-* flashspec_hf/assistants/
 }
+prewarm() {  # SmolLM2's grid once, untimed, in the background (beside `tests`): it fills inductor's on-disk cache
+  # (/tmp/torchinductor_root) so that `smollm2`'s first calls load compiled kernels instead of compiling them
+  # (their first_call_s then counts a warm cache); `smollm2` waits for it
+  { smollm2_ready && ( . benchmarks/gpu_smollm2_env.sh
+      e2e --target smollm2 --batches "${SMOLLM2_BATCHES:-1,8,32,64}" --engines ${SMOLLM2_ENGINES:-static,default} \
+        --repeats 1 --budget-s 100000 --name prewarm_smollm2 ${SMOLLM2_ARGS:-} ); } >/tmp/gs/prewarm.log 2>&1 &
+  PREWARM_PID=$!
+}
 smollm2() {
+  if [ -n "${PREWARM_PID:-}" ]; then wait "$PREWARM_PID"; echo "$(date +%T) prewarm done" >>/tmp/gs/pipeline.log; fi
   smollm2_ready || return
   ( . benchmarks/gpu_smollm2_env.sh
     [ -n "${SMOLLM2_PROFILE:-}" ] && e2e --target smollm2 --batches 1 --engines "$SMOLLM2_PROFILE" --repeats 1 \
