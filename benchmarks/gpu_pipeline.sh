@@ -6,9 +6,9 @@
 # /tmp/drafts, and only poll. Writes to /tmp/gs, in the order of what the open issues still lack (the device time
 # may end first):
 #   1. the verification-kernel benchmark on the speed issue's shapes (KERNEL_ARGS), before the host gets busy
-#   2. tests/test_gpu.py, its 20 slowest tests timed (its own timing does not matter: it overlaps the GGUF transfer
+#   2. tests/test_gpu.py, its slowest tests timed (its own timing does not matter: it overlaps the GGUF transfer
 #      and conversion; TESTS_K: a -k expression picking some of them, when the device time is short; TESTS_SHARDS:
-#      that many pytest processes at once, mostly compiling on the host's 16 cores)
+#      that many pytest processes at once, mostly compiling on the host's 16 cores: test_gpu_<i>.log)
 #   3. Qwen2.5-Coder-1.5B (once `convert` touched /tmp/convert.done, within CONVERT_WAIT seconds): NF4 at B = 1
 #      (stock eager, stock static, default), bf16 at QWEN_BATCHES (stock static, default), code and chat prompts
 #   4. SmolLM2-135M (once /tmp/gguf/s0, s1 and its drafts are there): stock static and default at SMOLLM2_BATCHES
@@ -34,9 +34,9 @@
 #      on the GPU (heldout_<run>.json; dynamo's recompiles and specialisations in heldout.log); needs `datasets`'
 #      wheels carried in .carry/w (the stage says how)
 #   8. benchmarks/kernel_tune on KERNEL_TUNE_CASES (batch:vocab pairs), when set
-# prewarm (e.g. STAGES="prewarm tests smollm2"): SmolLM2's grid once in the background beside the next stages, untimed,
-# so that `smollm2`, which waits for it, finds inductor's on-disk cache warm (its first_call_s no longer counts the
-# compilation). STAGES (default "kernel tests qwen smollm2 domains tiny") picks and orders them (SmolLM2's grid and domain_bench are
+# prewarm (e.g. STAGES="prewarm tests smollm2"): SmolLM2's grid once in the background beside `tests`, untimed, so
+# that `smollm2` finds inductor's on-disk cache warm (its first_call_s then leaves out most of the compilation); every
+# stage but `tests` waits for it. STAGES (default "kernel tests qwen smollm2 domains tiny") picks and orders them (SmolLM2's grid and domain_bench are
 # `smollm2` and `domains`). Each stage logs to /tmp/gs/<stage>.log, skipped stages to /tmp/gs/pipeline.log;
 # /tmp/gs/done marks the end.
 set -uo pipefail
@@ -56,19 +56,22 @@ kernel() {
     >/tmp/gs/kernel_bench.log 2>&1
 }
 tests() {  # TESTS_SHARDS=N: N pytest processes side by side, every N-th test each (test_gpu_<i>.log; no xdist there)
-  local n=${TESTS_SHARDS:-1} i
-  if [ "$n" = 1 ]; then
+  local n=${TESTS_SHARDS:-1} i rc pids=()
+  python3 -m pytest -q --collect-only -p no:cacheprovider tests/test_gpu.py ${TESTS_K:+-k "$TESTS_K"} \
+    | grep '::' >/tmp/gs/test_ids.txt
+  if [ "$n" = 1 ] || [ "$(wc -l </tmp/gs/test_ids.txt)" -lt "$n" ]; then  # one process (and collection errors shown)
     python3 -m pytest -q -rs -p no:cacheprovider --durations=20 tests/test_gpu.py ${TESTS_K:+-k "$TESTS_K"} \
       >/tmp/gs/test_gpu.log 2>&1
     return
   fi
-  python3 -m pytest -q --collect-only -p no:cacheprovider tests/test_gpu.py ${TESTS_K:+-k "$TESTS_K"} \
-    | grep '::' >/tmp/gs/test_ids.txt
   for i in $(seq 0 $((n - 1))); do
-    awk -v n="$n" -v i="$i" 'NR % n == i' /tmp/gs/test_ids.txt \
-      | xargs python3 -m pytest -q -rs -p no:cacheprovider --durations=10 >"/tmp/gs/test_gpu_$i.log" 2>&1 &
+    awk -v n="$n" -v i="$i" 'NR % n == i' /tmp/gs/test_ids.txt | xargs -r -d '\n' \
+      python3 -m pytest -q -rs -p no:cacheprovider --durations=10 >"/tmp/gs/test_gpu_$i.log" 2>&1 &
+    pids+=($!)
   done
-  wait
+  for i in "${!pids[@]}"; do  # these shards only (a bare `wait` would wait for prewarm too)
+    wait "${pids[$i]}"; rc=$?; echo "$(date +%T) tests shard $i: exit $rc" >>/tmp/gs/pipeline.log
+  done
 }
 qwen() {
   wait_for /tmp/convert.done "${CONVERT_WAIT:-600}" || return
@@ -86,15 +89,20 @@ smollm2_ready() {  # SmolLM2's GGUF joined from its pieces (split -b 49M -d -a 1
   cat /tmp/gguf/s0 /tmp/gguf/s1 >"$gguf.partial" && mv "$gguf.partial" "$gguf" && cp -r /tmp/drafts/smollm2-* flashspec_hf/assistants/
 }
 prewarm() {  # SmolLM2's grid once, untimed, in the background (beside `tests`): it fills inductor's on-disk cache
-  # (/tmp/torchinductor_root) so that `smollm2`'s first calls load compiled kernels instead of compiling them
-  # (their first_call_s then counts a warm cache); `smollm2` waits for it
-  { smollm2_ready && ( . benchmarks/gpu_smollm2_env.sh
+  # (/tmp/torchinductor_$USER) so that `smollm2`'s first calls load compiled kernels instead of compiling them (their
+  # first_call_s still counts dynamo's tracing, the loads and the graph captures); every later stage but `tests`
+  # waits for it (await_prewarm); it waits PREWARM_WAIT (300) seconds for the GGUF's first piece
+  { wait_for /tmp/gguf/s0 "${PREWARM_WAIT:-300}" && smollm2_ready && ( . benchmarks/gpu_smollm2_env.sh
       e2e --target smollm2 --batches "${SMOLLM2_BATCHES:-1,8,32,64}" --engines ${SMOLLM2_ENGINES:-static,default} \
         --repeats 1 --budget-s 100000 --name prewarm_smollm2 ${SMOLLM2_ARGS:-} ); } >/tmp/gs/prewarm.log 2>&1 &
   PREWARM_PID=$!
 }
+await_prewarm() {  # before anything else loads SmolLM2 (one GGUF join, one pip install) or uses the GPU for timing
+  [ -n "${PREWARM_PID:-}" ] || return 0
+  wait "$PREWARM_PID"; local rc=$?; echo "$(date +%T) prewarm: exit $rc" >>/tmp/gs/pipeline.log
+  PREWARM_PID=
+}
 smollm2() {
-  if [ -n "${PREWARM_PID:-}" ]; then wait "$PREWARM_PID"; echo "$(date +%T) prewarm done" >>/tmp/gs/pipeline.log; fi
   smollm2_ready || return
   ( . benchmarks/gpu_smollm2_env.sh
     [ -n "${SMOLLM2_PROFILE:-}" ] && e2e --target smollm2 --batches 1 --engines "$SMOLLM2_PROFILE" --repeats 1 \
@@ -147,9 +155,11 @@ split() {
   } >/tmp/gs/split.log 2>&1
 }
 for stage in ${STAGES:-kernel tests qwen smollm2 domains tiny}; do
+  case $stage in prewarm | tests) ;; *) await_prewarm ;; esac
   echo "$(date +%T) $stage" >>/tmp/gs/pipeline.log
   "$stage"
 done
+await_prewarm
 if [ -n "${KERNEL_TUNE_CASES:-}" ]; then
   python3 -m benchmarks.kernel_tune --out /tmp/gs --cases "$KERNEL_TUNE_CASES" >/tmp/gs/kernel_tune.log 2>&1
 fi

@@ -63,7 +63,7 @@ distill)
   sleep 20; cat /tmp/dout/log.txt ;;
 wait)
   for _ in $(seq "$2"); do pgrep -f distill_drafts >/dev/null || break; sleep 1; done
-  cp /tmp/gs/* /tmp/dout/results.json /tmp/dout/log.txt "$OUT"/ 2>/dev/null; tail -5 /tmp/gs/test_gpu.log
+  cp /tmp/gs/* /tmp/dout/results.json /tmp/dout/log.txt "$OUT"/ 2>/dev/null; tail -n 5 /tmp/gs/test_gpu*.log
   tail -20 /tmp/dout/log.txt ;;
 drafts)
   cd /tmp/dout && for t in *.tar; do split -b 15M "$t" "$OUT/$t."; done; cp results.json "$OUT"/; ls -la "$OUT" ;;
