@@ -36,9 +36,9 @@
 #   8. benchmarks/kernel_tune on KERNEL_TUNE_CASES (batch:vocab pairs), when set
 # prewarm (e.g. STAGES="prewarm tests smollm2"): SmolLM2's grid once in the background beside `tests`, untimed, so
 # that `smollm2` finds inductor's on-disk cache warm (its first_call_s then leaves out most of the compilation); every
-# stage but `tests` waits for it. STAGES (default "kernel tests qwen smollm2 domains tiny") picks and orders them (SmolLM2's grid and domain_bench are
-# `smollm2` and `domains`). Each stage logs to /tmp/gs/<stage>.log, skipped stages to /tmp/gs/pipeline.log;
-# /tmp/gs/done marks the end.
+# stage but `tests` waits for it. STAGES (default "kernel tests qwen smollm2 domains tiny") picks and orders them
+# (SmolLM2's grid and domain_bench are `smollm2` and `domains`). Each stage logs to /tmp/gs/<stage>.log, skipped
+# stages to /tmp/gs/pipeline.log; /tmp/gs/done marks the end.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 trap 'touch /tmp/gs/done' EXIT
@@ -93,8 +93,7 @@ prewarm() {  # SmolLM2's grid once, untimed, in the background (beside `tests`):
   # first_call_s still counts dynamo's tracing, the loads and the graph captures); every later stage but `tests`
   # waits for it (await_prewarm); it waits PREWARM_WAIT (300) seconds for the GGUF's first piece
   { wait_for /tmp/gguf/s0 "${PREWARM_WAIT:-300}" && smollm2_ready && ( . benchmarks/gpu_smollm2_env.sh
-      e2e --target smollm2 --batches "${SMOLLM2_BATCHES:-1,8,32,64}" --engines ${SMOLLM2_ENGINES:-static,default} \
-        --repeats 1 --budget-s 100000 --name prewarm_smollm2 ${SMOLLM2_ARGS:-} ); } >/tmp/gs/prewarm.log 2>&1 &
+      smollm2_grid --repeats 1 --budget-s 100000 --name prewarm_smollm2 ); } >/tmp/gs/prewarm.log 2>&1 &
   PREWARM_PID=$!
 }
 await_prewarm() {  # before anything else loads SmolLM2 (one GGUF join, one pip install) or uses the GPU for timing
@@ -102,13 +101,16 @@ await_prewarm() {  # before anything else loads SmolLM2 (one GGUF join, one pip 
   wait "$PREWARM_PID"; local rc=$?; echo "$(date +%T) prewarm: exit $rc" >>/tmp/gs/pipeline.log
   PREWARM_PID=
 }
+smollm2_grid() {  # ARGS...: SmolLM2's grid (SMOLLM2_BATCHES, SMOLLM2_ENGINES, SMOLLM2_ARGS) for prewarm and smollm2
+  e2e --target smollm2 --batches "${SMOLLM2_BATCHES:-1,8,32,64}" --engines ${SMOLLM2_ENGINES:-static,default} "$@" \
+    ${SMOLLM2_ARGS:-}
+}
 smollm2() {
   smollm2_ready || return
   ( . benchmarks/gpu_smollm2_env.sh
     [ -n "${SMOLLM2_PROFILE:-}" ] && e2e --target smollm2 --batches 1 --engines "$SMOLLM2_PROFILE" --repeats 1 \
       --profile --name e2e_smollm2_b1 ${SMOLLM2_PROFILE_ARGS:-}
-    e2e --target smollm2 --batches "${SMOLLM2_BATCHES:-1,8,32,64}" --engines ${SMOLLM2_ENGINES:-static,default} \
-      --repeats 2 --budget-s "${E2E_BUDGET_S:-420}" --name e2e_smollm2 ${SMOLLM2_ARGS:-}
+    smollm2_grid --repeats 2 --budget-s "${E2E_BUDGET_S:-420}" --name e2e_smollm2
   ) >/tmp/gs/smollm2.log 2>&1
 }
 domains() {
